@@ -1,0 +1,30 @@
+# The two commands of the README. Both create .venv and install everything they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: verify test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first, as the local CPU wheel: an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[train,plots,dev]'
+	touch $(STAMP)
+
+verify: $(STAMP)
+	$(BIN)/privcheck verify --out artifacts/
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest tests/benchmarks --benchmark-enable -q
+
+clean:
+	rm -rf $(VENV) artifacts build *.egg-info

@@ -1,0 +1,115 @@
+"""Closed forms in Arb ball arithmetic (python-flint), with a precision-doubling driver.
+
+Every function here takes and returns `arb` balls and is evaluated at the caller's working precision;
+`evaluate` and `decide` wrap a computation in a loop that doubles the precision until the ball is narrow
+enough (or a comparison is decided), and fail closed past `MAX_PREC`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from flint import arb, ctx
+
+from privcheck.errors import CertificationError
+
+START_PREC = 64
+MAX_PREC = 8192
+REL_TOL = 1e-12
+
+
+def evaluate(compute: Callable[[], arb], *, start_prec: int = START_PREC, max_prec: int = MAX_PREC,
+             rel_tol: float = REL_TOL) -> tuple[arb, int]:
+    """Run `compute()` at increasing precision until its ball has relative radius <= rel_tol.
+
+    Returns (ball, precision_bits). Raises CertificationError if max_prec is not enough.
+    """
+    prec = start_prec
+    while prec <= max_prec:
+        with ctx.workprec(prec):
+            ball = compute()
+        if ball.is_finite():
+            mid = abs(ball.mid())
+            if ball.is_zero() or ball.rad() <= arb(rel_tol) * mid:
+                return ball, prec
+        prec *= 2
+    raise CertificationError(f"ball did not reach relative radius {rel_tol} at {max_prec} bits")
+
+
+def decide(compute: Callable[[], arb], threshold: float, *, start_prec: int = START_PREC,
+           max_prec: int = MAX_PREC) -> tuple[bool | None, arb, int]:
+    """Decide `compute() <= threshold` rigorously.
+
+    Returns (True, ...) when the whole ball is <= threshold, (False, ...) when it is wholly above, and
+    (None, ...) when max_prec cannot separate them (callers must treat None as "not certified").
+    """
+    prec = start_prec
+    t = arb(threshold)
+    ball = arb.nan()
+    while prec <= max_prec:
+        with ctx.workprec(prec):
+            ball = compute()
+        if ball.is_finite():
+            if ball <= t:
+                return True, ball, prec
+            if ball > t:
+                return False, ball, prec
+        prec *= 2
+    return None, ball, prec // 2
+
+
+# --- closed forms -------------------------------------------------------------------------------
+
+def _sqrt2() -> arb:
+    return arb(2).sqrt()
+
+
+def normal_cdf(u: arb) -> arb:
+    """Φ(u) = erfc(−u/√2)/2 (accurate in both tails; Arb has no underflow)."""
+    return (-u / _sqrt2()).erfc() / 2
+
+
+def normal_sf(u: arb) -> arb:
+    """Φ̄(u) = 1 − Φ(u) = erfc(u/√2)/2."""
+    return (u / _sqrt2()).erfc() / 2
+
+
+def normal_pdf(u: arb) -> arb:
+    """φ(u) = exp(−u²/2)/√(2π)."""
+    return (-(u * u) / 2).exp() / (2 * arb.pi()).sqrt()
+
+
+def log_normal_cdf(u: arb) -> arb:
+    """log Φ(u); for very negative u Φ(u) is tiny but representable in Arb, so no asymptotics needed."""
+    return normal_cdf(u).log()
+
+
+def log_diff_exp(a: arb, b: arb) -> arb:
+    """log(e^a − e^b) for a > b, as a + log(−expm1(b − a)); NaN ball if a > b is not certain."""
+    if not (a > b):
+        return arb.nan()
+    return a + (-(b - a).expm1()).log()
+
+
+def gauss_G(u: arb) -> arb:
+    """G(u) = u·Φ(u) + φ(u) = E[(u + Z)₊].
+
+    For u < 0 uses G(u) = φ(v)·(1 − v·m(v)) with v = −u and Mills ratio m(v) = Φ̄(v)/φ(v); the bracket
+    cancels to about 1/v², which the precision loop of `evaluate` absorbs.
+    """
+    if u >= 0:
+        return u * normal_cdf(u) + normal_pdf(u)
+    v = -u
+    pdf = normal_pdf(v)
+    return pdf * (1 - v * (normal_sf(v) / pdf))
+
+
+def log_gauss_G(u: arb) -> arb:
+    """log G(u), stable for very negative u (G(u) ~ φ(u)/u²)."""
+    if u >= 0:
+        return gauss_G(u).log()
+    v = -u
+    # log φ(v) + log(1 − v·m(v)): never forms φ(v) on its own scale twice.
+    log_pdf = -(v * v) / 2 - (2 * arb.pi()).sqrt().log()
+    mills = normal_sf(v) / normal_pdf(v)
+    return log_pdf + (1 - v * mills).log()

@@ -1,0 +1,105 @@
+"""The certified value type and exact float rounding of Arb balls.
+
+A `Certified` is what the library reports for a bound: the reported `value` (a float on the safe side of
+the exact quantity), the enclosure `[lower, upper]` (floats rounded outward, so the exact value is
+inside), the method that produced it and the working precision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from flint import arb
+
+
+def _exact_fraction(point: arb) -> Fraction:
+    man, exp = point.man_exp()
+    man, exp = int(man), int(exp)
+    return Fraction(man) * (Fraction(2) ** exp)
+
+
+def float_up(x: arb) -> float:
+    """The smallest float64 not below the upper end of the ball `x` (inf if unbounded)."""
+    if not x.is_finite():
+        return math.inf
+    hi = _exact_fraction(x.upper())
+    try:
+        f = float(hi)
+    except OverflowError:
+        return math.inf if hi > 0 else -math.nextafter(math.inf, 0)
+    if Fraction(f) < hi:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def float_down(x: arb) -> float:
+    """The largest float64 not above the lower end of the ball `x` (-inf if unbounded)."""
+    if not x.is_finite():
+        return -math.inf
+    lo = _exact_fraction(x.lower())
+    try:
+        f = float(lo)
+    except OverflowError:
+        return -math.inf if lo < 0 else math.nextafter(math.inf, 0)
+    if Fraction(f) > lo:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+@dataclass(frozen=True)
+class Certified:
+    """A rigorously enclosed real number and the figure reported for it.
+
+    `side` says which end is reported: "upper" where the safe side is larger (ε, δ, a noise scale σ),
+    "lower" where it is smaller (a GDP parameter μ, a number of steps). The exact value lies in
+    `[lower, upper]`.
+    """
+
+    value: float
+    lower: float
+    upper: float
+    method: str
+    precision_bits: int
+    side: str = "upper"
+
+    def __post_init__(self):
+        if not (self.lower <= self.upper):
+            raise ValueError(f"empty enclosure [{self.lower}, {self.upper}]")
+        if self.side not in ("upper", "lower"):
+            raise ValueError("side must be 'upper' or 'lower'")
+
+    @classmethod
+    def from_ball(cls, ball: arb, method: str, precision_bits: int, side: str = "upper") -> "Certified":
+        lower, upper = float_down(ball), float_up(ball)
+        return cls(upper if side == "upper" else lower, lower, upper, method, precision_bits, side)
+
+    @classmethod
+    def from_bracket(cls, lower: float, upper: float, method: str, precision_bits: int,
+                     side: str = "upper") -> "Certified":
+        return cls(upper if side == "upper" else lower, lower, upper, method, precision_bits, side)
+
+    @property
+    def width(self) -> float:
+        return self.upper - self.lower
+
+    def contains(self, x) -> bool:
+        """True when x (float, Fraction, or mpmath mpf converted exactly) lies in the enclosure."""
+        return Fraction(self.lower) <= _to_fraction(x) <= Fraction(self.upper)
+
+    def to_json(self) -> dict:
+        return {"value": self.value, "lower": self.lower, "upper": self.upper, "method": self.method,
+                "precision_bits": self.precision_bits, "side": self.side, "certified": True}
+
+
+def _to_fraction(x) -> Fraction:
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, (int, float)):
+        return Fraction(x)
+    try:  # mpmath mpf: exact binary expansion
+        man, exp = x.man_exp
+        return Fraction(int(man)) * (Fraction(2) ** int(exp))
+    except AttributeError:
+        return Fraction(str(x))
