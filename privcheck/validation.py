@@ -8,18 +8,19 @@ import numbers
 from privcheck.errors import InvalidParameter
 
 
-def _real(name: str, value) -> float:
+def _real(name: str, value, allowed: str) -> float:
+    """A finite real number (NaN and ±inf rejected with the parameter's allowed range)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidParameter(name, value, "a finite real number")
+        raise InvalidParameter(name, value, f"{allowed} (a finite real number)")
     x = float(value)
     if not math.isfinite(x):
-        raise InvalidParameter(name, value, "a finite real number")
+        raise InvalidParameter(name, value, f"{allowed} (a finite real number)")
     return x
 
 
 def positive(name: str, value) -> float:
     """x in (0, inf)."""
-    x = _real(name, value)
+    x = _real(name, value, "(0, inf)")
     if not x > 0:
         raise InvalidParameter(name, value, "(0, inf)")
     return x
@@ -27,7 +28,7 @@ def positive(name: str, value) -> float:
 
 def nonnegative(name: str, value) -> float:
     """x in [0, inf)."""
-    x = _real(name, value)
+    x = _real(name, value, "[0, inf)")
     if not x >= 0:
         raise InvalidParameter(name, value, "[0, inf)")
     return x
@@ -35,7 +36,7 @@ def nonnegative(name: str, value) -> float:
 
 def sampling_rate(name: str, value) -> float:
     """q in (0, 1]."""
-    x = _real(name, value)
+    x = _real(name, value, "(0, 1]")
     if not 0 < x <= 1:
         raise InvalidParameter(name, value, "(0, 1]")
     return x
@@ -43,17 +44,9 @@ def sampling_rate(name: str, value) -> float:
 
 def open_unit(name: str, value) -> float:
     """delta in (0, 1)."""
-    x = _real(name, value)
+    x = _real(name, value, "(0, 1)")
     if not 0 < x < 1:
         raise InvalidParameter(name, value, "(0, 1)")
-    return x
-
-
-def half_open_unit(name: str, value) -> float:
-    """delta in [0, 1) (conversions accept a pure-DP delta of 0)."""
-    x = _real(name, value)
-    if not 0 <= x < 1:
-        raise InvalidParameter(name, value, "[0, 1)")
     return x
 
 

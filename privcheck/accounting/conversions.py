@@ -33,7 +33,7 @@ def _pair(mechanism: str, method: str, inputs: dict, eps_fn, delta_fn, reference
 def group_privacy(epsilon, delta, k) -> AccountingRecord:
     """(k·ε, k·e^{(k−1)ε}·δ) for groups of k records; the record's `value` is ε, `details['delta']` is δ."""
     epsilon = v.positive("epsilon", epsilon)
-    delta = v.half_open_unit("delta", delta)
+    delta = v.open_unit("delta", delta)
     k = v.count("k", k)
     start = time.perf_counter()
     return _pair("group", "group_privacy", {"epsilon": epsilon, "delta": delta, "k": k,
@@ -46,7 +46,7 @@ def group_privacy(epsilon, delta, k) -> AccountingRecord:
 def replace_one(epsilon, delta) -> AccountingRecord:
     """(2ε, (1 + e^ε)·δ): replace-one neighbours from an add/remove guarantee."""
     epsilon = v.positive("epsilon", epsilon)
-    delta = v.half_open_unit("delta", delta)
+    delta = v.open_unit("delta", delta)
     start = time.perf_counter()
     return _pair("replace_one", "replace_one", {"epsilon": epsilon, "delta": delta, "neighboring": "replace_one"},
                  lambda: 2 * arb(epsilon), lambda: (1 + arb(epsilon).exp()) * arb(delta),

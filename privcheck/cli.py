@@ -1,0 +1,215 @@
+"""`privcheck` command line. Each subcommand prints one JSON object with --json, a table otherwise.
+
+Errors go to stderr with exit code 2 and name the offending parameter; `verify` exits 1 iff a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from privcheck.errors import InvalidParameter, PrivcheckError
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    return x
+
+
+def _emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
+    if args.json:
+        print(json.dumps({k: _jsonable(v) for k, v in payload.items()}, sort_keys=True, allow_nan=False))
+        return
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        shown = f"{value:.10g}" if isinstance(value, float) else value
+        print(f"{key:<{width}}  {shown}")
+
+
+# --- subcommands --------------------------------------------------------------------------------------
+
+def cmd_account_dpsgd(args) -> int:
+    from privcheck.accounting import epsilon_pld, epsilon_rdp
+    pld = epsilon_pld(args.sampling_rate, args.noise_multiplier, args.steps, args.delta)
+    rdp = epsilon_rdp(args.sampling_rate, args.noise_multiplier, args.steps, args.delta)
+    main, other = (pld, rdp) if args.accountant == "pld" else (rdp, pld)
+    payload = {"epsilon": main.value, "delta": args.delta, "accountant": args.accountant,
+               "cross_check": {"accountant": other.method, "epsilon": _jsonable(other.value)},
+               "record": main.to_json()}
+    rows = [("epsilon", main.value), ("delta", args.delta), ("accountant", args.accountant),
+            (f"{other.method} (cross-check)", other.value)]
+    if main.method == "rdp":
+        rows.append(("rdp order", main.details["order"]))
+    _emit(args, payload, rows)
+    return 0
+
+
+def cmd_calibrate_dpsgd(args) -> int:
+    from privcheck.accounting import calibrate_sigma
+    cal = calibrate_sigma(args.sampling_rate, args.steps, args.delta, args.epsilon)
+    payload = {"noise_multiplier": cal.value, "epsilon": cal.epsilon, "target_epsilon": args.epsilon,
+               "delta": args.delta, "bracket": list(cal.bracket), "record": cal.to_json()}
+    _emit(args, payload, [("noise_multiplier", repr(cal.value)), ("epsilon (achieved)", cal.epsilon),
+                          ("target epsilon", args.epsilon), ("bracket", f"[{cal.bracket[0]!r}, {cal.bracket[1]!r}]"),
+                          ("PLD evaluations", cal.evaluations)])
+    return 0
+
+
+def cmd_calibrate_steps(args) -> int:
+    from privcheck.accounting import calibrate_steps
+    cal = calibrate_steps(args.sampling_rate, args.noise_multiplier, args.delta, args.epsilon)
+    payload = {"steps": int(cal.value), "epsilon": cal.epsilon, "target_epsilon": args.epsilon,
+               "delta": args.delta, "record": cal.to_json()}
+    _emit(args, payload, [("steps", int(cal.value)), ("epsilon (achieved)", cal.epsilon),
+                          ("target epsilon", args.epsilon)])
+    return 0
+
+
+def cmd_account_gaussian(args) -> int:
+    from privcheck.accounting import gaussian_epsilon
+    rec = gaussian_epsilon(args.sigma, args.delta, args.sensitivity)
+    payload = {"epsilon": rec.value, "delta": args.delta, "enclosure": [rec.certified.lower, rec.certified.upper],
+               "record": rec.to_json()}
+    _emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
+                          ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
+                          ("method", "analytic Gaussian (Balle-Wang), certified in Arb")])
+    return 0
+
+
+def cmd_convert_group(args) -> int:
+    from privcheck.accounting import group_privacy
+    rec = group_privacy(args.epsilon, args.delta, args.k)
+    payload = {"epsilon": rec.value, "delta": rec.details["delta"], "k": args.k, "record": rec.to_json()}
+    _emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]), ("k", args.k)])
+    return 0
+
+
+def cmd_convert_replace_one(args) -> int:
+    from privcheck.accounting import replace_one
+    rec = replace_one(args.epsilon, args.delta)
+    payload = {"epsilon": rec.value, "delta": rec.details["delta"], "record": rec.to_json()}
+    _emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]),
+                          ("neighboring", "replace_one")])
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from privcheck.verify import run_verification, write_verification
+    doc = run_verification(args.suite, seed=args.seed)
+    path = write_verification(doc, args.out)
+    s = doc["summary"]
+    payload = {"status": doc["status"], "artifact": str(path), "sha256": doc["sha256"], **s}
+    rows = [("status", doc["status"]), ("checks", f"{s['passed']}/{s['checks']} passed"),
+            ("artifact", str(path)), ("report", str(Path(args.out) / "report.md")), ("sha256", doc["sha256"])]
+    rows += [("FAILED", c["name"]) for c in doc["checks"] if not c["passed"]]
+    _emit(args, payload, rows)
+    return 0 if doc["status"] == "pass" else 1
+
+
+def cmd_report(args) -> int:
+    from privcheck.artifacts.report import render_report
+    directory = Path(args.dir)
+    if not (directory / "verification.json").is_file():
+        raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
+    path = render_report(directory)
+    _emit(args, {"report": str(path)}, [("report", str(path))])
+    return 0
+
+
+# --- parser -------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON object")
+
+    account = sub.add_parser("account", help="privacy loss of a mechanism").add_subparsers(dest="what", required=True)
+    a = account.add_parser("dp-sgd", parents=[common], help="Poisson-subsampled Gaussian composed T times")
+    a.add_argument("--sampling-rate", type=_number, required=True, help="q in (0, 1]")
+    a.add_argument("--noise-multiplier", type=_number, required=True, help="σ > 0")
+    a.add_argument("--steps", type=_integer, required=True, help="T >= 1")
+    a.add_argument("--delta", type=_number, required=True, help="δ in (0, 1)")
+    a.add_argument("--accountant", choices=("pld", "rdp"), default="pld")
+    a.set_defaults(func=cmd_account_dpsgd)
+    g = account.add_parser("gaussian", parents=[common], help="Gaussian mechanism (exact, certified)")
+    g.add_argument("--sensitivity", type=_number, required=True, help="L2 sensitivity Δ > 0")
+    g.add_argument("--sigma", type=_number, required=True, help="noise standard deviation σ > 0")
+    g.add_argument("--delta", type=_number, required=True, help="δ in (0, 1)")
+    g.set_defaults(func=cmd_account_gaussian)
+
+    calibrate = sub.add_parser("calibrate", help="noise or steps for a target (ε, δ)").add_subparsers(
+        dest="what", required=True)
+    c = calibrate.add_parser("dp-sgd", parents=[common], help="smallest σ with ε ≤ target")
+    c.add_argument("--sampling-rate", type=_number, required=True)
+    c.add_argument("--steps", type=_integer, required=True)
+    c.add_argument("--delta", type=_number, required=True)
+    c.add_argument("--epsilon", type=_number, required=True, help="target ε > 0")
+    c.set_defaults(func=cmd_calibrate_dpsgd)
+    cs = calibrate.add_parser("dp-sgd-steps", parents=[common], help="largest T with ε ≤ target")
+    cs.add_argument("--sampling-rate", type=_number, required=True)
+    cs.add_argument("--noise-multiplier", type=_number, required=True)
+    cs.add_argument("--delta", type=_number, required=True)
+    cs.add_argument("--epsilon", type=_number, required=True)
+    cs.set_defaults(func=cmd_calibrate_steps)
+
+    convert = sub.add_parser("convert", help="group privacy and neighbouring relations").add_subparsers(
+        dest="what", required=True)
+    cg = convert.add_parser("group", parents=[common], help="(kε, k·e^{(k−1)ε}·δ)")
+    cg.add_argument("--epsilon", type=_number, required=True)
+    cg.add_argument("--delta", type=_number, required=True)
+    cg.add_argument("--k", type=_integer, required=True, help="group size k >= 1")
+    cg.set_defaults(func=cmd_convert_group)
+    cr = convert.add_parser("replace-one", parents=[common], help="(2ε, (1+e^ε)δ) from add/remove")
+    cr.add_argument("--epsilon", type=_number, required=True)
+    cr.add_argument("--delta", type=_number, required=True)
+    cr.set_defaults(func=cmd_convert_replace_one)
+
+    v = sub.add_parser("verify", parents=[common], help="run verification suites and write the artifact")
+    v.add_argument("--out", required=True, help="output directory (verification.json, report.md, plots)")
+    v.add_argument("--suite", action="append", help="suite name (repeatable; default: all registered)")
+    v.add_argument("--seed", type=_integer, default=None, help="seed for suites with statistical checks")
+    v.set_defaults(func=cmd_verify)
+
+    r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown")
+    r.add_argument("dir")
+    r.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InvalidParameter as exc:
+        print(f"privcheck: error: {exc}", file=sys.stderr)
+        return 2
+    except PrivcheckError as exc:
+        print(f"privcheck: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `privcheck ... | head`
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

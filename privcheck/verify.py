@@ -1,0 +1,90 @@
+"""`privcheck verify`: run registered suites, assemble, validate and seal the artifact, write it atomically.
+
+Suites are found through the `privcheck.suites` entry-point group (so `mechanisms` and `audits` can
+register theirs without `privcheck` importing them) plus the built-in `accounting` suite. A suite is a
+callable `run_suite(seed: int | None) -> SuiteResult`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+import importlib.metadata
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from privcheck.artifacts.records import SuiteResult
+from privcheck.artifacts.report import render_markdown, render_plots
+from privcheck.artifacts.schema import validate
+from privcheck.artifacts.writer import dump_json, seal, write_files_atomic
+from privcheck.environment import environment
+from privcheck.errors import InvalidParameter
+
+SCHEMA_ID = "privcheck.verification/1"
+SCHEMA_VERSION = "1.0.0"
+BUILTIN_SUITES = {"accounting": "privcheck.checks.accounting:run_suite"}
+
+
+def available_suites() -> dict[str, str]:
+    suites = dict(BUILTIN_SUITES)
+    for ep in importlib.metadata.entry_points(group="privcheck.suites"):
+        suites.setdefault(ep.name, ep.value)
+    return suites
+
+
+def _load(target: str) -> Callable[[int | None], SuiteResult]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def run_verification(suites: list[str] | None = None, seed: int | None = None) -> dict:
+    """Run the suites and return the sealed, schema-valid artifact (nothing is written)."""
+    registry = available_suites()
+    names = list(suites) if suites else sorted(registry)
+    for name in names:
+        if name not in registry:
+            raise InvalidParameter("suite", name, "one of " + ", ".join(sorted(registry)))
+    created = _now()
+    start = time.perf_counter()
+    results = [_load(registry[name])(seed) for name in names]
+    checks = [c.to_json() for r in results for c in r.checks]
+    failed = sum(not c["passed"] for c in checks)
+    modes = {r.randomness for r in results}
+    mode = "seeded" if "seeded" in modes else ("os_entropy" if "os_entropy" in modes else "deterministic")
+    randomness = {"mode": mode, "seed": seed if mode == "seeded" else None,
+                  "privacy_release": mode == "os_entropy"}
+    if mode != "os_entropy":
+        randomness["note"] = "not a privacy release: " + (
+            "seeded randomness" if mode == "seeded" else "verification of fixed reference values")
+    doc = {
+        "schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
+        "created_utc": created, "finished_utc": _now(), "status": "fail" if failed else "pass",
+        "suites": names,
+        "claims": [c.to_json() for r in results for c in r.claims],
+        "checks": checks,
+        "accounting_records": [rec.to_json() for r in results for rec in r.records],
+        "environment": environment(), "randomness": randomness,
+        "privacy_release": randomness["privacy_release"],
+        "summary": {"checks": len(checks), "passed": len(checks) - failed, "failed": failed,
+                    "seconds": time.perf_counter() - start},
+        "figures": {k: v for r in results for k, v in r.figures.items()},
+    }
+    doc = seal(doc)
+    validate(doc)
+    return doc
+
+
+def write_verification(doc: dict, out: str | Path) -> Path:
+    """Write verification.json, report.md and plots into `out`; every file is rendered first."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    plots = render_plots(doc, out)
+    write_files_atomic(out, {"verification.json": dump_json(doc),
+                             "report.md": render_markdown(doc, plots).encode("utf-8")})
+    return out / "verification.json"
