@@ -19,8 +19,6 @@ import logging
 import math
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Mapping
 
 import dp_accounting
 import numpy as np
@@ -33,8 +31,7 @@ from scipy.special import ndtr
 
 from privcheck import validation as v
 from privcheck.accounting.records import AccountingRecord
-from privcheck.environment import library_versions
-from privcheck.errors import CertificationError, InvalidParameter, PrivcheckError
+from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics.ball import decide, normal_cdf, normal_sf
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
