@@ -18,6 +18,11 @@ def _real(name: str, value, allowed: str) -> float:
     return x
 
 
+def finite(name: str, value) -> float:
+    """x in (-inf, inf)."""
+    return _real(name, value, "(-inf, inf)")
+
+
 def positive(name: str, value) -> float:
     """x in (0, inf)."""
     x = _real(name, value, "(0, inf)")

@@ -172,6 +172,7 @@ def calibrate_steps(q, sigma, delta, target_eps, *, interval: float = DEFAULT_IN
     sigma = v.positive("noise_multiplier", sigma)
     delta = v.open_unit("delta", delta)
     target = v.positive("epsilon", target_eps)
+    interval = v.positive("interval", interval)
     start = time.perf_counter()
     evals = 0
 

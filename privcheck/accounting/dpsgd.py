@@ -27,7 +27,7 @@ from dp_accounting.pld import privacy_loss_distribution as _pld
 from flint import acb, arb, ctx
 from scipy import integrate as _quad
 from scipy.optimize import brentq
-from scipy.special import ndtr
+from scipy.special import log_ndtr
 
 from privcheck import validation as v
 from privcheck.accounting.records import AccountingRecord
@@ -123,6 +123,9 @@ def _collect_excluded_orders():
 def epsilon_rdp(q, sigma, T, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecord:
     """RDP ε (dp-accounting RdpAccountant, improved conversion); a cross-check, never the reported figure."""
     q, sigma, T, delta = _validate(q, sigma, T, delta)
+    orders = tuple(orders)
+    if not orders or not all(isinstance(o, (int, float)) and math.isfinite(o) and o > 1 for o in orders):
+        raise InvalidParameter("orders", orders, "a non-empty sequence of finite orders > 1")
     start = time.perf_counter()
     acc = rdp.RdpAccountant(orders=list(orders),
                             neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
@@ -155,6 +158,8 @@ def _crossing(level: arb, q: arb, s: arb) -> arb:
 
 def single_round_delta_ball(q: float, sigma: float, epsilon: float) -> arb:
     """Exact δ_{q,σ,1}(ε) in closed form (both directions), as an Arb ball at the working precision."""
+    q, sigma, _, _ = _validate(q, sigma, 1, 0.5)
+    epsilon = v.nonnegative("epsilon", epsilon)
     qa, s, e = arb(q), arb(sigma), arb(epsilon)
     alpha = e.exp()
     x_ab = _crossing(e, qa, s)
@@ -177,6 +182,8 @@ def single_round_delta_integral(q: float, sigma: float, epsilon: float, *, prec:
     and |a − αb| ≤ (1 + α)/(σ√(2π)), moving the endpoint costs at most |c − x*|·(1 + α)/(σ√(2π)). Tails
     beyond ±40σ are bounded by the Mills inequality Φ̄(t) ≤ φ(t)/t.
     """
+    q, sigma, _, _ = _validate(q, sigma, 1, 0.5)
+    epsilon = v.nonnegative("epsilon", epsilon)
     with ctx.workprec(prec):
         qa, s, e = arb(q), arb(sigma), arb(epsilon)
         alpha = e.exp()
@@ -241,22 +248,33 @@ def _log_ratio(x, q: float, sigma: float):
     return np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, t)
 
 
+def _log_sub_exp(a: float, b: float) -> float:
+    """log(e^a − e^b) for a > b (b may be −inf)."""
+    return a + math.log1p(-math.exp(b - a))
+
+
 def _delta_single_float(q: float, sigma: float, eps: float, direction: str) -> float:
-    """Closed-form H_{e^ε}(A‖B) ("ab") or H_{e^ε}(B‖A) ("ba") in floats, for any real ε."""
-    alpha = math.exp(eps) if eps < 700 else math.inf
+    """Closed-form H_{e^ε}(A‖B) ("ab") or H_{e^ε}(B‖A) ("ba") in floats, for any real ε.
+
+    Evaluated in log space so that ε up to ~1e4 neither overflows nor cancels to log(0).
+    """
+    log_1mq = math.log1p(-q) if q < 1 else -math.inf
+    log_q = math.log(q)
     if direction == "ab":
-        if q < 1 and eps <= math.log1p(-q):
-            return 1.0 - alpha
-        x = sigma * sigma * (math.log(math.expm1(eps) + q) - math.log(q)) + 0.5
-        return max(0.0, float(q * ndtr(-(x - 1) / sigma) - (math.expm1(eps) + q) * ndtr(-x / sigma)))
-    beta = math.exp(-eps) if -eps < 700 else math.inf
-    if q < 1 and -eps <= math.log1p(-q):
+        if eps <= log_1mq:  # the loss exceeds ε everywhere: H = 1 − e^ε
+            return -math.expm1(eps)
+        log_c = _log_sub_exp(eps, log_1mq)               # log(e^ε − 1 + q)
+        x = sigma * sigma * (log_c - log_q) + 0.5
+        hi = log_q + float(log_ndtr(-(x - 1) / sigma))
+        lo = log_c + float(log_ndtr(-x / sigma))
+        return math.exp(hi) * -math.expm1(lo - hi) if hi > lo else 0.0
+    if -eps <= log_1mq:  # e^{−ε} ≤ 1 − q: the region {b > e^ε a} is empty
         return 0.0
-    if math.isinf(beta):
-        return 1.0
-    x = sigma * sigma * (math.log(math.expm1(-eps) + q) - math.log(q)) + 0.5
-    val = (1 - alpha * (1 - q)) * ndtr(x / sigma) - alpha * q * ndtr((x - 1) / sigma)
-    return max(0.0, float(val))
+    log_c = _log_sub_exp(-eps, log_1mq)                  # log(e^{−ε} − 1 + q)
+    x = sigma * sigma * (log_c - log_q) + 0.5
+    first = math.log1p(-math.exp(eps + log_1mq)) + float(log_ndtr(x / sigma))   # (1 − e^ε(1−q))·Φ(x/σ)
+    second = eps + log_q + float(log_ndtr((x - 1) / sigma))                      # e^ε q·Φ((x−1)/σ)
+    return math.exp(first) * -math.expm1(second - first) if first > second else 0.0
 
 
 def composed_delta_quadrature(q, sigma, T: int, epsilon: float) -> float:
@@ -266,6 +284,7 @@ def composed_delta_quadrature(q, sigma, T: int, epsilon: float) -> float:
     for T ≤ 3 as an independent check of the PLD figure (floats: a cross-check, not a certificate).
     """
     q, sigma, T, _ = _validate(q, sigma, T, 0.5)
+    epsilon = v.finite("epsilon", epsilon)
     if T > 3:
         raise InvalidParameter("steps", T, "1..3 for the quadrature cross-check")
     lo, hi = -40 * sigma, 1 + 40 * sigma

@@ -98,8 +98,11 @@ def _to_fraction(x) -> Fraction:
         return x
     if isinstance(x, (int, float)):
         return Fraction(x)
-    try:  # mpmath mpf: exact binary expansion
-        man, exp = x.man_exp
-        return Fraction(int(man)) * (Fraction(2) ** int(exp))
-    except AttributeError:
-        return Fraction(str(x))
+    mpf_tuple = getattr(x, "_mpf_", None)
+    if mpf_tuple is not None:  # mpmath mpf: (sign, mantissa, exponent, bitcount), exact
+        sign, man, exp, _ = mpf_tuple
+        if man == 0 and exp != 0:
+            raise ValueError(f"non-finite mpf {x!r} has no exact fraction")
+        value = Fraction(int(man)) * (Fraction(2) ** int(exp))
+        return -value if sign else value
+    return Fraction(str(x))

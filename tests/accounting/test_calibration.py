@@ -1,0 +1,101 @@
+"""Calibration of σ and T against a target ε (spec §5.3): never overshoot, and be (near) minimal.
+
+Every ε used to judge a calibration is recomputed here with dp-accounting's own `PLDAccountant`
+(add-or-remove, `PoissonSampledDpEvent(q, GaussianDpEvent(σ))` composed T times), not through the library.
+"""
+
+from __future__ import annotations
+
+import json
+
+import dp_accounting
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privcheck.accounting import Calibration, CalibrationInfeasible, calibrate_sigma, calibrate_steps
+
+
+def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
+    acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=interval)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), T)
+    return float(acc.get_epsilon(delta))
+
+
+def test_math_eps8_row_calibration():
+    """Table VII: σ = 0.4842404738068581 for q = 128/6988, T = 50, δ = 1/69880, ε = 8 (±2e-5 allowed).
+
+    The returned σ must meet ε ≤ 8 (dp-accounting directly) and σ − 1e-5 must not (σ minimal to 1e-5).
+    """
+    q, T, delta = 128 / 6988, 50, 1 / 69880
+    cal = calibrate_sigma(q, T, delta, 8.0)
+    assert isinstance(cal, Calibration) and cal.parameter == "noise_multiplier"
+    assert abs(cal.value - 0.48424047) <= 2e-5, f"σ = {cal.value!r} vs Table VII 0.4842404738"
+    assert cal.epsilon <= 8.0 and cal.achieved.value <= 8.0
+    lo, hi = cal.bracket
+    assert hi == cal.value and lo < hi and hi - lo <= 1e-6
+    assert dpa_epsilon(q, cal.value, T, delta) <= 8.0
+    assert dpa_epsilon(q, cal.value - 1e-5, T, delta) > 8.0
+    assert calibrate_sigma(q, T, delta, 8.0) is cal        # cached (spec §5.3)
+    out = json.loads(json.dumps(cal.to_json(), allow_nan=False))
+    assert out["value"] == cal.value and out["bracket"] == [lo, hi] and out["epsilon"] <= 8.0
+    assert out["inputs"]["interval"] == 1e-4
+
+
+@settings(max_examples=4)
+@given(q=st.floats(0.05, 0.5), T=st.integers(1, 5), target=st.floats(0.5, 5.0),
+       delta=st.sampled_from([1e-6, 1e-5, 1e-3]))
+def test_property_calibrated_sigma_never_overshoots(q, T, target, delta):
+    # interval 1e-3 / coarse 1e-2 keeps each calibration near 1 s; the invariant is interval-independent.
+    cal = calibrate_sigma(q, T, delta, target, interval=1e-3, coarse=1e-2)
+    assert cal.achieved.value <= target
+    assert dpa_epsilon(q, cal.value, T, delta, interval=1e-3) <= target
+    lo, hi = cal.bracket
+    assert hi == cal.value and hi - lo <= 1e-6
+    assert dpa_epsilon(q, lo, T, delta, interval=1e-3) > target, "unsafe end of the bracket meets the target"
+
+
+@pytest.mark.parametrize("q,sigma,delta,target,interval", [
+    (0.1, 2.0, 1e-5, 1.0, 1e-3),
+    (0.25, 1.0, 1e-3, 4.0, 1e-3),
+    (0.05, 1.0, 1e-5, 2.0, 1e-3),
+    (0.1, 2.0, 1e-5, 1.0, 1e-4),
+])
+def test_calibrate_steps_is_the_largest_feasible_T(q, sigma, delta, target, interval):
+    cal = calibrate_steps(q, sigma, delta, target, interval=interval)
+    T = cal.value
+    assert isinstance(T, int) and T >= 1 and cal.parameter == "steps"
+    assert cal.bracket == (T + 1, T)
+    assert cal.achieved.value <= target
+    assert dpa_epsilon(q, sigma, T, delta, interval) <= target
+    assert dpa_epsilon(q, sigma, T + 1, delta, interval) > target
+
+
+def test_calibrate_steps_infeasible_when_one_step_exceeds_target():
+    with pytest.raises(CalibrationInfeasible):
+        calibrate_steps(1.0, 0.5, 1e-5, 0.1, interval=1e-3)
+    assert dpa_epsilon(1.0, 0.5, 1, 1e-5, 1e-3) > 0.1          # it really is infeasible
+
+
+def test_calibrate_sigma_infeasible_for_an_unreachable_target():
+    # q = 1, T = 1, δ = 1e-10, ε = 1e-6: the Gaussian needs μ ≲ 2.5e-10 (σ ≳ 4e9), beyond the ceiling 1e4.
+    with pytest.raises(CalibrationInfeasible):
+        calibrate_sigma(1.0, 1, 1e-10, 1e-6, interval=1e-3, coarse=1e-2)
+    assert dpa_epsilon(1.0, 1e4, 1, 1e-10, 1e-3) > 1e-6
+
+
+
+@pytest.mark.slow
+@settings(max_examples=8)
+@given(q=st.floats(0.05, 0.5), T=st.integers(1, 20), target=st.floats(0.5, 8.0),
+       delta=st.sampled_from([1e-6, 1e-5, 1e-3]))
+def test_property_calibrated_sigma_never_overshoots_at_the_reported_interval(q, T, target, delta):
+    """Same property with the default two-stage calibration (coarse 1e-3, fine 1e-4): ~2–10 s per example."""
+    cal = calibrate_sigma(q, T, delta, target)
+    assert cal.achieved.value <= target
+    assert dpa_epsilon(q, cal.value, T, delta) <= target
+    lo, hi = cal.bracket
+    assert hi == cal.value and hi - lo <= 1e-6
+    assert dpa_epsilon(q, lo, T, delta) > target
