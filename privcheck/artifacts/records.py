@@ -1,0 +1,73 @@
+"""Records that make up a verification artifact: check results and privacy claims."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from privcheck.accounting.records import _jsonable
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One verification check: what was compared with what, under which tolerance, and the verdict.
+
+    `expected` names an independent reference (published figure, closed form, mpmath, dp-accounting);
+    `reference` says which. A check that could not run is a failure, never a skip.
+    """
+
+    name: str
+    suite: str
+    passed: bool
+    observed: Any
+    expected: Any
+    tolerance: Any
+    reference: str
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+    seconds: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "inputs", MappingProxyType(dict(self.inputs)))
+        object.__setattr__(self, "passed", bool(self.passed))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "suite": self.suite, "passed": self.passed,
+                "observed": _jsonable(self.observed), "expected": _jsonable(self.expected),
+                "tolerance": _jsonable(self.tolerance), "reference": self.reference,
+                "inputs": _jsonable(self.inputs), "message": self.message, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A privacy claim: mechanism, (ε, δ), neighbouring relation and the assumptions it rests on."""
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    neighboring: str
+    assumptions: tuple[str, ...]
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    accountant: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
+        object.__setattr__(self, "assumptions", tuple(self.assumptions))
+
+    def to_json(self) -> dict:
+        return {"mechanism": self.mechanism, "epsilon": _jsonable(self.epsilon), "delta": self.delta,
+                "neighboring": self.neighboring, "assumptions": list(self.assumptions),
+                "parameters": _jsonable(self.parameters), "accountant": self.accountant}
+
+
+@dataclass
+class SuiteResult:
+    """What one verification suite produced (assembled into the artifact by `privcheck.verify`)."""
+
+    name: str
+    checks: list[CheckResult] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)       # AccountingRecord / Calibration
+    figures: dict[str, Any] = field(default_factory=dict)  # plot data: {"title", "x", "series", ...}
+    randomness: str = "deterministic"                       # "deterministic" | "seeded" | "os_entropy"
