@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", parents=[common], help="run verification suites and write the artifact")
     v.add_argument("--out", required=True, help="output directory (verification.json, report.md, plots)")
-    v.add_argument("--suite", action="append", help="suite name (repeatable; default: all registered)")
+    v.add_argument("--suite", action="extend", nargs="+", metavar="NAME",
+                   help="suite names (repeatable; default: all registered)")
     v.add_argument("--seed", type=_integer, default=None, help="seed for suites with statistical checks")
     v.set_defaults(func=cmd_verify)
 

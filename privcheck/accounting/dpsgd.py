@@ -32,7 +32,7 @@ from scipy.special import log_ndtr
 from privcheck import validation as v
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
-from privcheck.numerics.ball import decide, normal_cdf, normal_sf
+from privcheck.numerics.ball import ThresholdPredicate, normal_cdf, normal_sf
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate
@@ -225,14 +225,14 @@ def epsilon_single_round_certified(q, sigma, delta) -> AccountingRecord:
     """Exact ε for one round (T = 1), certified: δ_{q,σ,1}(ε) ≤ δ decided in Arb at the reported ε."""
     q, sigma, _, delta = _validate(q, sigma, 1, delta)
     start = time.perf_counter()
-    holds = lambda e: decide(lambda: single_round_delta_ball(q, sigma, e), delta)[0]  # noqa: E731
+    holds = ThresholdPredicate(lambda e: single_round_delta_ball(q, sigma, e), delta)
     est = _epsilon_from_delta_fn(lambda e: _delta_single_float(q, sigma, e, "ab"), delta)
     if holds(0.0) is True:
-        cert = Certified.from_bracket(0.0, 0.0, "closed_form_arb", 64)
+        cert = Certified.from_bracket(0.0, 0.0, "closed_form_arb", holds.precision_bits)
         evals = 1
     else:
         br = certified_crossing(holds, est, domain=(0.0, 1e4), increasing=True)
-        cert = Certified.from_bracket(br.fails_end, br.holds_end, "closed_form_arb", 64)
+        cert = Certified.from_bracket(br.fails_end, br.holds_end, "closed_form_arb", holds.precision_bits)
         evals = br.evaluations + 1
     return AccountingRecord(
         quantity="epsilon", value=cert.value, mechanism=MECHANISM, method="exact_single_round",

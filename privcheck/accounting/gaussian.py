@@ -22,7 +22,7 @@ from scipy.special import log_ndtr
 
 from privcheck import validation as v
 from privcheck.accounting.records import AccountingRecord
-from privcheck.numerics.ball import decide, normal_cdf
+from privcheck.numerics.ball import ThresholdPredicate, normal_cdf
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 
@@ -55,12 +55,13 @@ def _float_root(f, lo: float, hi: float) -> float:
 
 def _certified_epsilon(mu_ball, mu_float: float, delta: float) -> tuple[Certified, int]:
     """Smallest certified ε with δ(ε; μ) ≤ δ, μ given exactly as a ball (`mu_ball()`)."""
-    holds = lambda e: decide(lambda: delta_ball(e, mu_ball()), delta)[0]  # noqa: E731
+    holds = ThresholdPredicate(lambda e: delta_ball(e, mu_ball()), delta)
     if holds(0.0) is True:
-        return Certified.from_bracket(0.0, 0.0, "analytic_gaussian_arb", 64), 1
+        return Certified.from_bracket(0.0, 0.0, "analytic_gaussian_arb", holds.precision_bits), 1
     est = _float_root(lambda e: delta_float(e, mu_float) - delta, 0.0, max(1.0, mu_float * mu_float))
     br = certified_crossing(holds, est, domain=(0.0, EPS_MAX), increasing=True)
-    return Certified.from_bracket(br.fails_end, br.holds_end, "analytic_gaussian_arb", 64), br.evaluations + 1
+    cert = Certified.from_bracket(br.fails_end, br.holds_end, "analytic_gaussian_arb", holds.precision_bits)
+    return cert, br.evaluations + 1
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> AccountingRecord:
@@ -83,10 +84,10 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> Ac
     delta = v.open_unit("delta", delta)
     sensitivity = v.positive("sensitivity", sensitivity)
     start = time.perf_counter()
-    holds = lambda s: decide(lambda: delta_ball(epsilon, arb(sensitivity) / arb(s)), delta)[0]  # noqa: E731
+    holds = ThresholdPredicate(lambda s: delta_ball(epsilon, arb(sensitivity) / arb(s)), delta)
     mu_est = _mu_estimate(epsilon, delta)
     br = certified_crossing(holds, sensitivity / mu_est, domain=(sensitivity / MU_MAX, 1e12), increasing=True)
-    cert = Certified.from_bracket(br.fails_end, br.holds_end, "analytic_gaussian_arb", 64)
+    cert = Certified.from_bracket(br.fails_end, br.holds_end, "analytic_gaussian_arb", holds.precision_bits)
     return AccountingRecord(
         quantity="sigma", value=cert.value, mechanism="gaussian", method="analytic_gaussian",
         inputs={"epsilon": epsilon, "delta": delta, "sensitivity": sensitivity}, certified=cert,
@@ -118,9 +119,10 @@ def dp_to_gdp(epsilon: float, delta: float) -> AccountingRecord:
     epsilon = v.positive("epsilon", epsilon)
     delta = v.open_unit("delta", delta)
     start = time.perf_counter()
-    holds = lambda m: decide(lambda: delta_ball(epsilon, m), delta)[0]  # noqa: E731
+    holds = ThresholdPredicate(lambda m: delta_ball(epsilon, m), delta)
     br = certified_crossing(holds, _mu_estimate(epsilon, delta), domain=(1e-12, MU_MAX), increasing=False)
-    cert = Certified.from_bracket(br.holds_end, br.fails_end, "analytic_gaussian_arb", 64, side="lower")
+    cert = Certified.from_bracket(br.holds_end, br.fails_end, "analytic_gaussian_arb", holds.precision_bits,
+                                  side="lower")
     return AccountingRecord(
         quantity="mu", value=cert.value, mechanism="mu_gdp", method="dp_to_gdp",
         inputs={"epsilon": epsilon, "delta": delta}, certified=cert,

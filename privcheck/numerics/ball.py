@@ -113,3 +113,20 @@ def log_gauss_G(u: arb) -> arb:
     log_pdf = -(v * v) / 2 - (2 * arb.pi()).sqrt().log()
     mills = normal_sf(v) / normal_pdf(v)
     return log_pdf + (1 - v * mills).log()
+
+
+class ThresholdPredicate:
+    """x ↦ `compute(x) ≤ threshold`, decided in Arb (True/False/None); remembers the highest precision used.
+
+    This is the predicate handed to `certified_crossing`; `precision_bits` goes into the Certified record.
+    """
+
+    def __init__(self, compute: Callable[[float], arb], threshold: float):
+        self.compute = compute
+        self.threshold = threshold
+        self.precision_bits = START_PREC
+
+    def __call__(self, x: float) -> bool | None:
+        ok, _ball, prec = decide(lambda: self.compute(x), self.threshold)
+        self.precision_bits = max(self.precision_bits, prec)
+        return ok
