@@ -146,10 +146,17 @@ def run_suite(seed: int | None = None) -> SuiteResult:
             reference="dp-accounting Gaussian PLD (q = 1), a different library",
             inputs={"sigma": sigma, "delta": delta})
 
+    # Published values (selection spec O-6): ε at δ = 1e-5 for μ = Δ/σ ∈ {0.25, 0.5, 1, 2}; σ for ε = 1.
+    for mu, expected in ((0.25, 0.926342), (0.5, 1.993091), (1.0, 4.377178), (2.0, 9.997256)):
+        g = acc.gaussian_epsilon(1 / mu, 1e-5)
+        result.records.append(g)
+        rec.run(f"analytic_gaussian.mu{mu}_delta1e-5.published", lambda: within(g.value, expected, 1e-6),
+                reference="selection spec O-6 (Balle & Wang 2018 analytic Gaussian)",
+                inputs={"mu": mu, "delta": 1e-5})
     sig = acc.gaussian_sigma(1.0, 1e-5)
     result.records.append(sig)
     rec.run("analytic_gaussian.sigma_for_eps1_delta1e-5", lambda: all_of(
-        within(sig.value, 3.73, 5e-3, "Balle & Wang 2018 report σ ≈ 3.73 for ε=1, δ=1e-5"),
+        within(sig.value, 3.7306316, 1e-7, "selection spec O-6; Balle & Wang 2018 report σ ≈ 3.73"),
         {"passed": bool(_mp_analytic_delta(1.0, 1 / sig.value) <= 1e-5), "observed": sig.value,
          "expected": "δ(1; 1/σ) ≤ 1e-5 at 60 digits", "tolerance": 0.0}),
         reference="Balle & Wang 2018 (analytic Gaussian mechanism)", inputs={"epsilon": 1.0, "delta": 1e-5})
