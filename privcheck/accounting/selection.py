@@ -1,0 +1,361 @@
+"""Accounting for private selection: PrivBoN (exponential mechanism) and PrivITP (ex-post, two phases).
+
+Guarantees (proofs: docs/selection.md; spec: shared/spec/selection.md §4, §8–§10):
+- PrivBoN with Gumbel scale σ on scores clipped to [r_lo, r_hi] is ε-DP with ε = 2Δ/σ (nominal), and
+  with the tight bounded-range loss ε_BoN(n) = log(1 + (n−1)e^{R/σ}) − log(1 + (n−1)e^{(R−2Δ)/σ}),
+  R = r_hi − r_lo, for n candidates. Same loss for every output (ex-post = ex-ante).
+- PrivITP: Phase 1 releases λ̃ = λ̂ + N(0, σ_X²) ((ε1, δ)-DP, analytic Gaussian with sensitivity Δ);
+  Phase 2, given λ̃, is pure ex-post DP with ε2(t) = (t − 1)·κ(λ̃) + κ_acc(λ̃) for acceptance at round t
+  and ε2(⊥) = n·κ(λ̃) for the fallback, where c = max(r_hi + σ_Z·L − λ̃, c_min) and
+      κ     = log A(Δ) − log A(0),  A(v) ∝ G((λ̃ + c − r_hi + v)/σ_Z) − G((λ̃ − r_hi + v)/σ_Z),
+      κ_acc = log B(Δ) − log B(0),  B(v) ∝ G((r_lo + v − λ̃)/σ_Z) − G((r_lo + v − λ̃ − c)/σ_Z),
+  G(u) = uΦ(u) + φ(u). One query costs (ε1 + ε2, δ) (mixed composition).
+Assumptions: Δ is the public score sensitivity (an assumption about the reward model, not verified);
+all constants are public and fixed before data is read; noise is idealised real-valued.
+All figures are upper ends of Arb balls rounded up. `PrivITPParams.threshold_width` is the single
+definition of c used by both the mechanism and this accountant.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from flint import arb
+from scipy.special import ndtr
+
+from privcheck import validation as v
+from privcheck.accounting.gaussian import gaussian_epsilon
+from privcheck.accounting.records import AccountingRecord
+from privcheck.errors import InvalidParameter
+from privcheck.errors import CertificationError
+from privcheck.numerics.ball import ThresholdPredicate, evaluate, evaluate_all, gauss_G
+from privcheck.numerics.bracket import certified_crossing
+from privcheck.numerics.certified import Certified, float_up
+
+EX_POST_NEIGHBORING = "user-declared (enters only through the score sensitivity Δ)"
+
+
+def _score_range(r_lo, r_hi) -> tuple[float, float]:
+    lo, hi = v.finite("r_lo", r_lo), v.finite("r_max", r_hi)
+    if not lo < hi:
+        raise InvalidParameter("r_max", r_hi, f"(r_lo, inf) with r_lo = {lo}")
+    return lo, hi
+
+
+def _sensitivity(delta_s, r_lo: float, r_hi: float) -> float:
+    d = v.positive("sensitivity", delta_s)
+    if d > r_hi - r_lo:
+        raise InvalidParameter("sensitivity", delta_s, f"(0, {r_hi - r_lo}] (at most the score range)")
+    return d
+
+
+# --- PrivBoN --------------------------------------------------------------------------------------
+
+def _bon_ball(n: int, span: float, sensitivity: float, sigma) -> arb:
+    if n == 1:
+        return arb(0)
+    s = arb(sigma)
+    nm1 = arb(n - 1)
+    return (1 + nm1 * (arb(span) / s).exp()).log() - (1 + nm1 * ((arb(span) - 2 * arb(sensitivity)) / s).exp()).log()
+
+
+def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0,
+                    mode: str = "exact") -> AccountingRecord:
+    """ε of PrivBoN. Mode "exact" with `candidates` and `r_max` charges the certified ε_BoN(n);
+    otherwise (or with mode "nominal") the nominal 2Δ/σ. Both are valid upper bounds."""
+    if mode not in ("exact", "nominal"):
+        raise InvalidParameter("mode", mode, "'exact' or 'nominal'")
+    sigma = v.positive("sigma", sigma)
+    start = time.perf_counter()
+    if r_max is not None:
+        r_lo, r_hi = _score_range(r_lo, r_max)
+        sensitivity = _sensitivity(sensitivity, r_lo, r_hi)
+    else:
+        sensitivity = v.positive("sensitivity", sensitivity)
+    nominal_ball, p0 = evaluate(lambda: 2 * arb(sensitivity) / arb(sigma))
+    nominal = Certified.from_ball(nominal_ball, "arb", p0)
+    inputs = {"sensitivity": sensitivity, "sigma": sigma, "mode": mode}
+    details = {"nominal": nominal.value, "reference": "McSherry & Talwar 2007; bounded range: spec §4.3"}
+    cert = nominal
+    method = "exponential_mechanism_nominal"
+    if candidates is not None:
+        n = v.count("candidates", candidates)
+        inputs["candidates"] = n
+        if r_max is None:
+            raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
+        inputs.update(r_lo=r_lo, r_max=r_hi)
+        ball, prec = evaluate(lambda: _bon_ball(n, r_hi - r_lo, sensitivity, sigma))
+        exact = Certified.from_ball(ball, "arb", prec)
+        details["bounded_range"] = exact.value
+        details["bounded_range_certified"] = exact.to_json()
+        if mode == "exact":
+            cert, method = exact, "bounded_range_exact"
+    return AccountingRecord(quantity="epsilon", value=cert.value, mechanism="privbon", method=method,
+                            inputs=inputs, neighboring=EX_POST_NEIGHBORING, certified=cert, details=details,
+                            wall_time_s=time.perf_counter() - start)
+
+
+def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0,
+                  tight: bool = False) -> AccountingRecord:
+    """Gumbel scale σ for a target ε: 2Δ/ε rounded up (default), or the smallest certified σ with
+    ε_BoN(n; σ) ≤ ε (`tight=True`, needs `candidates` and `r_max`)."""
+    epsilon = v.positive("epsilon", epsilon)
+    start = time.perf_counter()
+    if r_max is not None:
+        r_lo, r_hi = _score_range(r_lo, r_max)
+        sensitivity = _sensitivity(sensitivity, r_lo, r_hi)
+    else:
+        sensitivity = v.positive("sensitivity", sensitivity)
+    ball, prec = evaluate(lambda: 2 * arb(sensitivity) / arb(epsilon))
+    nominal = float_up(ball)  # σ ≥ 2Δ/ε ⇔ 2Δ/σ ≤ ε: round up
+    cert = Certified.from_ball(ball, "arb", prec)
+    inputs = {"sensitivity": sensitivity, "epsilon": epsilon, "tight": tight}
+    method = "nominal"
+    if tight:
+        if candidates is None or r_max is None:
+            raise InvalidParameter("candidates", candidates, "an integer >= 1 (with r_max) for tight calibration")
+        n = v.count("candidates", candidates)
+        inputs.update(candidates=n, r_lo=r_lo, r_max=r_hi)
+        holds = ThresholdPredicate(lambda s: _bon_ball(n, r_hi - r_lo, sensitivity, s), epsilon)
+        br = certified_crossing(holds, nominal, domain=(nominal * 1e-6, nominal), increasing=True)
+        cert = Certified.from_bracket(br.fails_end, br.holds_end, "arb_bisection", holds.precision_bits)
+        method = "bounded_range_tight"
+    return AccountingRecord(quantity="sigma", value=cert.value if tight else nominal, mechanism="privbon",
+                            method=method, inputs=inputs, neighboring=EX_POST_NEIGHBORING, certified=cert,
+                            details={"nominal": nominal}, wall_time_s=time.perf_counter() - start)
+
+
+# --- PrivITP --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrivITPParams:
+    """Public constants of PrivITP, validated at construction; shared by mechanism and accountant."""
+
+    candidates: int          # n per phase
+    beta: float              # χ² regularisation strength (mechanism only: M = c/β)
+    sigma_x: float           # Phase-1 Gaussian std on λ̂
+    sigma_z: float           # Phase-2 Gaussian std on each score
+    headroom: float          # L ≥ 0, in units of σ_Z
+    sensitivity: float       # Δ, score sensitivity
+    delta: float             # Phase-1 δ
+    r_max: float = 1.0       # r_hi
+    r_lo: float = 0.0
+    c_min: float | None = None
+
+    def __post_init__(self):
+        r_lo, r_hi = _score_range(self.r_lo, self.r_max)
+        set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
+        set_("candidates", v.count("candidates", self.candidates))
+        set_("beta", v.positive("beta", self.beta))
+        set_("sigma_x", v.positive("sigma_x", self.sigma_x))
+        set_("sigma_z", v.positive("sigma_z", self.sigma_z))
+        set_("headroom", v.nonnegative("headroom", self.headroom))
+        set_("sensitivity", _sensitivity(self.sensitivity, r_lo, r_hi))
+        set_("delta", v.open_unit("delta", self.delta))
+        set_("r_lo", r_lo)
+        set_("r_max", r_hi)
+        set_("c_min", 1e-12 * (r_hi - r_lo) if self.c_min is None else v.positive("c_min", self.c_min))
+
+    def threshold_width(self, lambda_tilde: float) -> float:
+        """c = max(r_hi + σ_Z·L − λ̃, c_min): the one definition used by mechanism and accountant."""
+        lt = v.finite("lambda_tilde", lambda_tilde)
+        return max(self.r_max + self.sigma_z * self.headroom - lt, self.c_min)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _log_G_diff(hi: arb, lo: arb) -> arb:
+    """log(G(hi) − G(lo)) for hi > lo."""
+    return (gauss_G(hi) - gauss_G(lo)).log()
+
+
+def _kappa_ball(p: PrivITPParams, lt: arb, clamped: bool, c: arb, shift: arb) -> arb:
+    """κ = log A(Δ) − log A(0), A(v) ∝ G(top + v/σ_Z) − G(a0 + v/σ_Z), a0 = (λ̃ − r_hi)/σ_Z.
+
+    Unclamped, c = r_hi + σ_Z·L − λ̃ + shift (shift: the float rounding of the mechanism's c), so
+    top = a0 + c/σ_Z = L + shift/σ_Z does not depend on λ̃. Clamped (c = c_min), top = a0 + c/σ_Z.
+    """
+    s = arb(p.sigma_z)
+    ds = arb(p.sensitivity) / s
+    a0 = (lt - arb(p.r_max)) / s
+    top = a0 + c / s if clamped else arb(p.headroom) + shift / s
+    return _log_G_diff(top + ds, a0 + ds) - _log_G_diff(top, a0)
+
+
+def _kappa_acc_ball(p: PrivITPParams, lt: arb, clamped: bool, c: arb, shift: arb) -> arb:
+    """κ_acc = log B(Δ) − log B(0), B(v) ∝ G(b0 + v/σ_Z) − G(bottom + v/σ_Z), b0 = (r_lo − λ̃)/σ_Z,
+    bottom = b0 − c/σ_Z (= (r_lo − r_hi)/σ_Z − L − shift/σ_Z unclamped, free of λ̃)."""
+    s = arb(p.sigma_z)
+    ds = arb(p.sensitivity) / s
+    b0 = (arb(p.r_lo) - lt) / s
+    bottom = b0 - c / s if clamped else (arb(p.r_lo) - arb(p.r_max)) / s - arb(p.headroom) - shift / s
+    return _log_G_diff(b0 + ds, bottom + ds) - _log_G_diff(b0, bottom)
+
+
+@dataclass(frozen=True)
+class KappaPair:
+    """Certified κ(λ̃) and κ_acc(λ̃) for one released λ̃, with the threshold width c that was used."""
+
+    lambda_tilde: float
+    c: float
+    kappa: Certified
+    kappa_acc: Certified
+    kappa_ball: arb
+    kappa_acc_ball: arb
+
+    def phase2_ball(self, halting_time: int | None, n: int) -> arb:
+        if halting_time is None:
+            return arb(n) * self.kappa_ball
+        return arb(halting_time - 1) * self.kappa_ball + self.kappa_acc_ball
+
+
+@functools.lru_cache(maxsize=65536)
+def privitp_kappa(params: PrivITPParams, lambda_tilde: float) -> KappaPair:
+    """Certified κ and κ_acc at the released λ̃ (cached: the pair is a pure function of public values)."""
+    c = params.threshold_width(lambda_tilde)
+    clamped = c == params.c_min
+
+    def compute():
+        lt = arb(lambda_tilde)
+        shift = arb(c) - (arb(params.r_max) + arb(params.sigma_z) * arb(params.headroom) - lt)
+        return (_kappa_ball(params, lt, clamped, arb(c), shift),
+                _kappa_acc_ball(params, lt, clamped, arb(c), shift))
+
+    (k_ball, ka_ball), prec = evaluate_all(compute)
+    return KappaPair(lambda_tilde, c, Certified.from_ball(k_ball, "arb_closed_form", prec),
+                     Certified.from_ball(ka_ball, "arb_closed_form", prec), k_ball, ka_ball)
+
+
+# Float rounding of the mechanism's c = fl(fl(r_hi + fl(σ_Z·L)) − λ̃): three roundings, each ≤ 2^-53·|result|.
+_ROUNDING = 2.0 ** -51
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _cell_upper(params: PrivITPParams, cell: int, log2_step: int) -> tuple[float, float]:
+    """Upper bounds of κ and κ_acc over every λ̃ in [cell·2^s, (cell+1)·2^s] (s = log2_step).
+
+    Where c is not clamped, κ is non-increasing and κ_acc non-decreasing in λ̃ (log-concavity of Φ,
+    docs/selection.md), so the bounds are κ at the cell's lower end and κ_acc at its upper end, with the
+    float rounding of the mechanism's c enclosed as a ball. Cells where the clamp may bind return inf.
+    """
+    step = 2.0 ** log2_step
+    lo, hi = cell * step, (cell + 1) * step
+    scale = abs(params.r_max) + abs(params.sigma_z * params.headroom) + max(abs(lo), abs(hi)) + 1.0
+    if params.r_max + params.sigma_z * params.headroom - hi <= params.c_min + _ROUNDING * scale:
+        return math.inf, math.inf
+
+    def compute():
+        shift = arb(0, _ROUNDING * scale)
+        return (_kappa_ball(params, arb(lo), False, arb(0), shift),
+                _kappa_acc_ball(params, arb(hi), False, arb(0), shift))
+
+    (k_ball, ka_ball), _ = evaluate_all(compute, rel_tol=1e-9)
+    return float_up(k_ball), float_up(ka_ball)
+
+
+def privitp_kappa_batch(params: PrivITPParams, lambda_tildes, *,
+                        log2_step: int = -12) -> tuple[np.ndarray, np.ndarray]:
+    """Certified upper bounds on κ and κ_acc for many released λ̃ at once.
+
+    λ̃ values are grouped into the cells of a public dyadic grid (step 2^log2_step); each cell is
+    evaluated once, at the end where the loss is largest (monotonicity in λ̃), so the certified bound holds
+    for every λ̃ in the cell and overcharges by at most the loss's variation over one cell (about
+    2^log2_step · Δ/σ_Z² for κ_acc). Cells where the clamp of c may bind fall back to the per-value
+    `privitp_kappa`. Results are cached per (params, cell).
+    """
+    lts = np.asarray(lambda_tildes, dtype=np.float64)
+    if lts.ndim != 1 or not np.all(np.isfinite(lts)):
+        raise InvalidParameter("lambda_tildes", "array", "a 1-D array of finite reals")
+    if isinstance(log2_step, bool) or not isinstance(log2_step, int) or not -40 <= log2_step <= 0:
+        raise InvalidParameter("log2_step", log2_step, "an integer in [-40, 0]")
+    cells = np.floor(lts / 2.0 ** log2_step).astype(np.int64)
+    kappa = np.empty_like(lts)
+    kappa_acc = np.empty_like(lts)
+    uniq, inverse = np.unique(cells, return_inverse=True)
+    for u_index, cell in enumerate(uniq.tolist()):
+        k_up, ka_up = _cell_upper(params, cell, log2_step)
+        members = np.nonzero(inverse == u_index)[0]
+        if math.isfinite(k_up):
+            kappa[members], kappa_acc[members] = k_up, ka_up
+        else:
+            for m in members:
+                pair = privitp_kappa(params, float(lts[m]))
+                kappa[m], kappa_acc[m] = pair.kappa.value, pair.kappa_acc.value
+    return kappa, kappa_acc
+
+
+@functools.lru_cache(maxsize=256)
+def _phase1(sigma_x: float, delta: float, sensitivity: float) -> AccountingRecord:
+    return gaussian_epsilon(sigma_x, delta, sensitivity)
+
+
+def privitp_phase1_epsilon(params: PrivITPParams) -> AccountingRecord:
+    """(ε1, δ) of releasing λ̃ = λ̂ + N(0, σ_X²): analytic Gaussian at sensitivity Δ (never μ = Δ/σ_X)."""
+    return _phase1(params.sigma_x, params.delta, params.sensitivity)
+
+
+def privitp_loss(params: PrivITPParams, lambda_tilde: float, halting_time: int | None) -> AccountingRecord:
+    """Ex-post (ε1 + ε2(t; λ̃), δ) of one PrivITP query that released λ̃ and halted at t (None: fallback)."""
+    start = time.perf_counter()
+    lambda_tilde = v.finite("lambda_tilde", lambda_tilde)
+    if halting_time is not None:
+        halting_time = v.count("halting_time", halting_time)
+        if halting_time > params.candidates:
+            raise InvalidParameter("halting_time", halting_time, f"1..{params.candidates} (or fallback)")
+    pair = privitp_kappa(params, lambda_tilde)
+    eps1 = privitp_phase1_epsilon(params)
+    eps2_ball = pair.phase2_ball(halting_time, params.candidates)
+    eps2 = Certified.from_ball(eps2_ball, "arb_closed_form", max(pair.kappa.precision_bits,
+                                                                  pair.kappa_acc.precision_bits))
+    total = Certified.from_ball(arb(eps1.value) + eps2_ball, "arb_sum_of_upper_bounds", eps2.precision_bits)
+    return AccountingRecord(
+        quantity="epsilon", value=total.value, mechanism="privitp", method="ex_post_mixed_composition",
+        inputs={**params.to_json(), "lambda_tilde": lambda_tilde,
+                "halting_time": halting_time if halting_time is not None else "fallback"},
+        neighboring=EX_POST_NEIGHBORING, certified=total,
+        details={"eps1": eps1.value, "eps1_record": eps1.to_json(), "kappa": pair.kappa.to_json(),
+                 "kappa_acc": pair.kappa_acc.to_json(), "eps2_post": eps2.to_json(), "c": pair.c,
+                 "delta": params.delta, "ex_post": True,
+                 "reference": "spec §8.1 (Phase 2) and §10 (mixed composition)"},
+        wall_time_s=time.perf_counter() - start)
+
+
+def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int) -> float:
+    """Certified upper bound on the largest Phase-2 loss when the loop is capped at `rounds`:
+    (rounds − 1)·κ + max(κ_acc, κ) (acceptance at the last round, or the fallback at rounds·κ)."""
+    rounds = v.count("rounds", rounds)
+    pair = privitp_kappa(params, lambda_tilde)
+    ball = arb(rounds - 1) * pair.kappa_ball + pair.kappa_acc_ball.max(pair.kappa_ball)
+    return float_up(ball)
+
+
+# --- float speed path (not certified): acceptance probabilities and a midpoint-rule κ ---------------
+
+def acceptance_probability(scores, lambda_tilde, c, sigma_z):
+    """P_acc(r) = E_U[Φ((r − λ̃ − c·U)/σ_Z)] = (σ_Z/c)[G((r−λ̃)/σ_Z) − G((r−λ̃−c)/σ_Z)], vectorised floats."""
+    r = np.asarray(scores, dtype=np.float64)
+    lt = np.asarray(lambda_tilde, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    u1, u0 = (r - lt) / sigma_z, (r - lt - c) / sigma_z
+    return (sigma_z / c) * (_G_float(u1) - _G_float(u0))
+
+
+def _G_float(u):
+    u = np.asarray(u, dtype=np.float64)
+    return u * ndtr(u) + np.exp(-0.5 * u * u) / math.sqrt(2 * math.pi)
+
+
+def kappa_midpoint_float(params: PrivITPParams, lambda_tilde: float, points: int = 512) -> tuple[float, float]:
+    """κ, κ_acc by a `points`-node midpoint rule over U in floats: a speed baseline, NOT a certificate
+    (the sign of its error is unknown; spec §13.1)."""
+    c = params.threshold_width(lambda_tilde)
+    u = (np.arange(points) + 0.5) / points
+    s, d = params.sigma_z, params.sensitivity
+    rej = lambda val: np.mean(ndtr((lambda_tilde + c * u - (params.r_max - val)) / s))  # noqa: E731
+    acc = lambda val: np.mean(ndtr((params.r_lo + val - lambda_tilde - c * u) / s))  # noqa: E731
+    return float(np.log(rej(d)) - np.log(rej(0.0))), float(np.log(acc(d)) - np.log(acc(0.0)))
