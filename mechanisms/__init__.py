@@ -1,7 +1,9 @@
-"""Private mechanisms built on `privcheck` (selection: PrivBoN/PrivITP; dpgrpo: DP-GRPO).
+"""Private mechanisms built on `privcheck`.
+
+- `mechanisms.selection`: BoN, PrivBoN, ITP and PrivITP over score arrays, with exact output laws
+  (spec: shared/spec/selection.md; proofs: docs/selection.md).
+- `mechanisms.dpgrpo`: prompt-level DP-GRPO (spec: shared/spec/dpgrpo.md; not yet built).
 
 Dependencies flow one way: `audits → mechanisms → privcheck`. A mechanism never computes its own ε: it
-calls one `privcheck.accounting` function and returns its record with the output. The selection and
-DP-GRPO mechanisms are specified in shared/spec/selection.md and shared/spec/dpgrpo.md and are not yet
-implemented in this package.
+calls one `privcheck.accounting` function and returns its record with the output.
 """

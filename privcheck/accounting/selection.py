@@ -31,7 +31,6 @@ from privcheck import validation as v
 from privcheck.accounting.gaussian import gaussian_epsilon
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import InvalidParameter
-from privcheck.errors import CertificationError
 from privcheck.numerics.ball import ThresholdPredicate, evaluate, evaluate_all, gauss_G
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
@@ -325,6 +324,40 @@ def privitp_loss(params: PrivITPParams, lambda_tilde: float, halting_time: int |
         wall_time_s=time.perf_counter() - start)
 
 
+def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
+                       log2_step: int | None = None) -> list[AccountingRecord]:
+    """`privitp_loss` for many queries. With `log2_step`, κ and κ_acc come from the monotone-cell batch
+    (`privitp_kappa_batch`, slightly conservative, much faster); otherwise each query is exact."""
+    lts = np.asarray(lambda_tildes, dtype=np.float64)
+    ts = list(halting_times)
+    if len(ts) != lts.shape[0]:
+        raise InvalidParameter("halting_times", len(ts), f"one per lambda_tilde ({lts.shape[0]})")
+    if log2_step is None:
+        return [privitp_loss(params, float(lt), None if t is None else int(t)) for lt, t in zip(lts, ts)]
+    start = time.perf_counter()
+    kappa, kappa_acc = privitp_kappa_batch(params, lts, log2_step=log2_step)
+    eps1 = privitp_phase1_epsilon(params)
+    records = []
+    for lt, t, k, ka in zip(lts.tolist(), ts, kappa.tolist(), kappa_acc.tolist()):
+        if t is not None:
+            t = v.count("halting_time", t)
+            if t > params.candidates:
+                raise InvalidParameter("halting_time", t, f"1..{params.candidates} (or fallback)")
+        eps2 = arb(params.candidates) * arb(k) if t is None else arb(t - 1) * arb(k) + arb(ka)
+        eps2_up = float_up(eps2)
+        total = float_up(arb(eps1.value) + eps2)
+        records.append(AccountingRecord(
+            quantity="epsilon", value=total, mechanism="privitp", method="ex_post_mixed_composition_cells",
+            inputs={"lambda_tilde": lt, "halting_time": t if t is not None else "fallback",
+                    "candidates": params.candidates},
+            neighboring=EX_POST_NEIGHBORING,
+            details={"eps1": eps1.value, "kappa_upper": k, "kappa_acc_upper": ka, "eps2_post": eps2_up,
+                     "delta": params.delta, "ex_post": True, "log2_step": log2_step,
+                     "c": params.threshold_width(lt), "params": params.to_json()},
+            wall_time_s=(time.perf_counter() - start) / max(1, len(ts))))
+    return records
+
+
 def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int) -> float:
     """Certified upper bound on the largest Phase-2 loss when the loop is capped at `rounds`:
     (rounds − 1)·κ + max(κ_acc, κ) (acceptance at the last round, or the fallback at rounds·κ)."""
@@ -334,21 +367,7 @@ def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int
     return float_up(ball)
 
 
-# --- float speed path (not certified): acceptance probabilities and a midpoint-rule κ ---------------
-
-def acceptance_probability(scores, lambda_tilde, c, sigma_z):
-    """P_acc(r) = E_U[Φ((r − λ̃ − c·U)/σ_Z)] = (σ_Z/c)[G((r−λ̃)/σ_Z) − G((r−λ̃−c)/σ_Z)], vectorised floats."""
-    r = np.asarray(scores, dtype=np.float64)
-    lt = np.asarray(lambda_tilde, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
-    u1, u0 = (r - lt) / sigma_z, (r - lt - c) / sigma_z
-    return (sigma_z / c) * (_G_float(u1) - _G_float(u0))
-
-
-def _G_float(u):
-    u = np.asarray(u, dtype=np.float64)
-    return u * ndtr(u) + np.exp(-0.5 * u * u) / math.sqrt(2 * math.pi)
-
+# --- float speed path (not certified) ---------------------------------------------------------------
 
 def kappa_midpoint_float(params: PrivITPParams, lambda_tilde: float, points: int = 512) -> tuple[float, float]:
     """κ, κ_acc by a `points`-node midpoint rule over U in floats: a speed baseline, NOT a certificate

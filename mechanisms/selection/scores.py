@@ -1,0 +1,85 @@
+"""Score preparation shared by every selection mechanism: validation and clipping to the public range.
+
+Guarantee: the returned scores lie in the public range [r_lo, r_hi]. Clipping x ↦ min(max(x, r_lo), r_hi)
+is 1-Lipschitz, so a score sensitivity Δ before clipping stays at most Δ after it (spec
+shared/spec/selection.md §2, proofs in docs/selection.md). The range is a public constant supplied by the
+caller and never derived from the scores (§16.1).
+
+Assumptions: the caller's scores are the reward model's outputs on candidates drawn from the public base
+policy π0; the library cannot check the claimed sensitivity Δ.
+
+    prepare_scores(scores, r_lo, r_hi, clip=True):
+        x ← float64 view of scores, shape [prompts, n] (a 1-D array is one prompt)
+        reject empty input, NaN and ±inf                          (InvalidParameter "scores")
+        if any x outside [r_lo, r_hi]:
+            clip=True  → a clipped private copy (the caller's array is never modified)
+            clip=False → InvalidParameter naming the range
+        return x read-only
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from privcheck import validation as v
+from privcheck.errors import InvalidParameter
+
+
+def score_range(r_lo, r_hi) -> tuple[float, float]:
+    """Validated public range (r_lo < r_hi, both finite)."""
+    lo, hi = v.finite("r_lo", r_lo), v.finite("r_max", r_hi)
+    if not lo < hi:
+        raise InvalidParameter("r_max", r_hi, f"(r_lo, inf) with r_lo = {lo}")
+    return lo, hi
+
+
+def as_score_matrix(scores, name: str = "scores") -> np.ndarray:
+    """float64 array of shape [prompts, n] with prompts ≥ 1, n ≥ 1 and finite entries (no range check).
+
+    No copy is made when the input already is a float64 array; the result is a read-only view.
+    """
+    return _matrix(scores, name)[0]
+
+
+def _matrix(scores, name: str) -> tuple[np.ndarray, float, float]:
+    try:
+        x = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(name, type(scores).__name__, "an array of finite real numbers") from exc
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    if x.ndim != 2:
+        raise InvalidParameter(name, f"array of shape {x.shape}",
+                               "a 1-D array [n] or a 2-D array [prompts, n] of finite reals")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise InvalidParameter(name, f"array of shape {x.shape}", "at least one prompt and n >= 1 candidates")
+    # min/max propagate NaN and expose ±inf: two reductions instead of an isfinite temporary.
+    lo, hi = float(x.min()), float(x.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise InvalidParameter(name, "array containing NaN or inf", "finite real numbers")
+    view = x.view()
+    view.flags.writeable = False
+    return view, lo, hi
+
+
+def prepare_scores(scores, r_lo, r_hi, clip: bool = True, name: str = "scores") -> np.ndarray:
+    """Validate and clip scores to the public range [r_lo, r_hi] (see the module docstring).
+
+    Returns a read-only float64 array of shape [prompts, n]. When every score is already in range and the
+    input is float64, this is a view of the caller's array (no copy); otherwise it is a private copy.
+    """
+    lo, hi = score_range(r_lo, r_hi)
+    if not isinstance(clip, (bool, np.bool_)):
+        raise InvalidParameter("clip", clip, "True or False")
+    x, smin, smax = _matrix(scores, name)
+    if smin >= lo and smax <= hi:
+        return x
+    if not clip:
+        bad = smin if smin < lo else smax
+        raise InvalidParameter(name, f"array with a score {bad!r} outside the range",
+                               f"[{lo}, {hi}] (the public score range; clipping is disabled)")
+    out = np.clip(x, lo, hi)  # a fresh array: the caller's scores are never modified
+    out.flags.writeable = False
+    return out
