@@ -34,9 +34,18 @@ def _jsonable(x):
     return x
 
 
-def _emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
+def _deep_jsonable(x):
+    if isinstance(x, dict):
+        return {k: _deep_jsonable(val) for k, val in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_deep_jsonable(val) for val in x]
+    return _jsonable(x)
+
+
+def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
+    """Print `payload` as one JSON object with --json, else `rows` as an aligned table (plugins use it)."""
     if args.json:
-        print(json.dumps({k: _jsonable(v) for k, v in payload.items()}, sort_keys=True, allow_nan=False))
+        print(json.dumps(_deep_jsonable(payload), sort_keys=True, allow_nan=False))
         return
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -58,7 +67,7 @@ def cmd_account_dpsgd(args) -> int:
             (f"{other.method} (cross-check)", other.value)]
     if main.method == "rdp":
         rows.append(("rdp order", main.details["order"]))
-    _emit(args, payload, rows)
+    emit(args, payload, rows)
     return 0
 
 
@@ -67,7 +76,7 @@ def cmd_calibrate_dpsgd(args) -> int:
     cal = calibrate_sigma(args.sampling_rate, args.steps, args.delta, args.epsilon)
     payload = {"noise_multiplier": cal.value, "epsilon": cal.epsilon, "target_epsilon": args.epsilon,
                "delta": args.delta, "bracket": list(cal.bracket), "record": cal.to_json()}
-    _emit(args, payload, [("noise_multiplier", repr(cal.value)), ("epsilon (achieved)", cal.epsilon),
+    emit(args, payload, [("noise_multiplier", repr(cal.value)), ("epsilon (achieved)", cal.epsilon),
                           ("target epsilon", args.epsilon), ("bracket", f"[{cal.bracket[0]!r}, {cal.bracket[1]!r}]"),
                           ("PLD evaluations", cal.evaluations)])
     return 0
@@ -78,7 +87,7 @@ def cmd_calibrate_steps(args) -> int:
     cal = calibrate_steps(args.sampling_rate, args.noise_multiplier, args.delta, args.epsilon)
     payload = {"steps": int(cal.value), "epsilon": cal.epsilon, "target_epsilon": args.epsilon,
                "delta": args.delta, "record": cal.to_json()}
-    _emit(args, payload, [("steps", int(cal.value)), ("epsilon (achieved)", cal.epsilon),
+    emit(args, payload, [("steps", int(cal.value)), ("epsilon (achieved)", cal.epsilon),
                           ("target epsilon", args.epsilon)])
     return 0
 
@@ -88,9 +97,76 @@ def cmd_account_gaussian(args) -> int:
     rec = gaussian_epsilon(args.sigma, args.delta, args.sensitivity)
     payload = {"epsilon": rec.value, "delta": args.delta, "enclosure": [rec.certified.lower, rec.certified.upper],
                "record": rec.to_json()}
-    _emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
+    emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
                           ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
                           ("method", "analytic Gaussian (Balle-Wang), certified in Arb")])
+    return 0
+
+
+def _enclosure(rec) -> list[float]:
+    return [rec.certified.lower, rec.certified.upper]
+
+
+def cmd_account_privbon(args) -> int:
+    from privcheck.accounting import privbon_epsilon
+    if (args.candidates is None) != (args.r_max is None):
+        raise InvalidParameter("candidates" if args.candidates is None else "r_max", None,
+                               "--candidates and --r-max are given together")
+    nominal = privbon_epsilon(args.sensitivity, args.sigma, mode="nominal")
+    payload = {"epsilon": nominal.value, "epsilon_enclosure": _enclosure(nominal), "record": nominal.to_json()}
+    rows = [("epsilon (2Δ/σ)", nominal.value)]
+    if args.candidates is not None:
+        exact = privbon_epsilon(args.sensitivity, args.sigma, candidates=args.candidates, r_max=args.r_max,
+                                r_lo=args.r_lo)
+        payload.update(epsilon_bounded_range=exact.value, epsilon_bounded_range_enclosure=_enclosure(exact),
+                       bounded_range_record=exact.to_json())
+        rows.append((f"epsilon_bounded_range (n={args.candidates})", exact.value))
+    emit(args, payload, rows)
+    return 0
+
+
+def cmd_account_privitp(args) -> int:
+    from privcheck.accounting import PrivITPParams, privitp_loss
+    if args.halting_time is None and not args.fallback:
+        raise InvalidParameter("halting_time", None, "an integer in 1..candidates, or --fallback")
+    params = PrivITPParams(candidates=args.candidates, beta=1.0, sigma_x=args.sigma_x, sigma_z=args.sigma_z,
+                           headroom=args.headroom, sensitivity=args.sensitivity, delta=args.delta,
+                           r_max=args.r_max, r_lo=args.r_lo)
+    rec = privitp_loss(params, args.lambda_tilde, None if args.fallback else args.halting_time)
+    d = rec.details
+    payload = {"eps1": d["eps1"], "kappa": d["kappa"]["value"], "kappa_acc": d["kappa_acc"]["value"],
+               "eps2_post": d["eps2_post"]["value"], "epsilon": rec.value, "delta": args.delta, "c": d["c"],
+               "halting_time": "fallback" if args.fallback else args.halting_time,
+               "enclosures": {"eps1": [d["eps1_record"]["certified"]["lower"], d["eps1_record"]["certified"]["upper"]],
+                              "kappa": [d["kappa"]["lower"], d["kappa"]["upper"]],
+                              "kappa_acc": [d["kappa_acc"]["lower"], d["kappa_acc"]["upper"]],
+                              "eps2_post": [d["eps2_post"]["lower"], d["eps2_post"]["upper"]],
+                              "epsilon": _enclosure(rec)},
+               "record": rec.to_json()}
+    emit(args, payload, [("eps1", d["eps1"]), ("kappa", d["kappa"]["value"]), ("kappa_acc", d["kappa_acc"]["value"]),
+                         ("eps2_post", d["eps2_post"]["value"]), ("epsilon (eps1 + eps2_post)", rec.value),
+                         ("delta", args.delta), ("c", d["c"])])
+    return 0
+
+
+def cmd_account_rnm(args) -> int:
+    from privcheck.accounting import gaussian_rnm_eps
+    a, b = args.range
+    rec = gaussian_rnm_eps(args.queries, args.sigma, args.sensitivity, a, b)
+    emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
+         [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
+          ("guarantee", "pure ex-ante (same loss for every output)")])
+    return 0
+
+
+def cmd_account_at(args) -> int:
+    from privcheck.accounting import gaussian_at_expost_eps
+    a, b = args.range
+    rec = gaussian_at_expost_eps(args.halting_time, args.threshold, args.sigma_threshold, args.sigma_query,
+                                 args.sensitivity, a, b)
+    emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
+         [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
+          ("guarantee", f"pure ex-post, for halting at round {args.halting_time}")])
     return 0
 
 
@@ -98,7 +174,7 @@ def cmd_convert_group(args) -> int:
     from privcheck.accounting import group_privacy
     rec = group_privacy(args.epsilon, args.delta, args.k)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "k": args.k, "record": rec.to_json()}
-    _emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]), ("k", args.k)])
+    emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]), ("k", args.k)])
     return 0
 
 
@@ -106,7 +182,7 @@ def cmd_convert_replace_one(args) -> int:
     from privcheck.accounting import replace_one
     rec = replace_one(args.epsilon, args.delta)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "record": rec.to_json()}
-    _emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]),
+    emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]),
                           ("neighboring", "replace_one")])
     return 0
 
@@ -120,7 +196,7 @@ def cmd_verify(args) -> int:
     rows = [("status", doc["status"]), ("checks", f"{s['passed']}/{s['checks']} passed"),
             ("artifact", str(path)), ("report", str(Path(args.out) / "report.md")), ("sha256", doc["sha256"])]
     rows += [("FAILED", c["name"]) for c in doc["checks"] if not c["passed"]]
-    _emit(args, payload, rows)
+    emit(args, payload, rows)
     return 0 if doc["status"] == "pass" else 1
 
 
@@ -130,7 +206,7 @@ def cmd_report(args) -> int:
     if not (directory / "verification.json").is_file():
         raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
     path = render_report(directory)
-    _emit(args, {"report": str(path)}, [("report", str(path))])
+    emit(args, {"report": str(path)}, [("report", str(path))])
     return 0
 
 
@@ -155,6 +231,42 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sigma", type=_number, required=True, help="noise standard deviation σ > 0")
     g.add_argument("--delta", type=_number, required=True, help="δ in (0, 1)")
     g.set_defaults(func=cmd_account_gaussian)
+    pb = account.add_parser("privbon", parents=[common], help="PrivBoN (exponential mechanism), certified")
+    pb.add_argument("--sensitivity", type=_number, required=True, help="score sensitivity Δ > 0")
+    pb.add_argument("--sigma", type=_number, required=True, help="Gumbel scale σ > 0")
+    pb.add_argument("--candidates", type=_integer, help="n >= 1 (with --r-max: bounded-range ε_BoN(n))")
+    pb.add_argument("--r-max", type=_number, help="upper score bound (public)")
+    pb.add_argument("--r-lo", type=_number, default=0.0, help="lower score bound (default 0)")
+    pb.set_defaults(func=cmd_account_privbon)
+    pi = account.add_parser("privitp", parents=[common], help="PrivITP ex-post loss of one query, certified")
+    pi.add_argument("--sensitivity", type=_number, required=True, help="score sensitivity Δ")
+    pi.add_argument("--r-max", type=_number, required=True)
+    pi.add_argument("--r-lo", type=_number, default=0.0)
+    pi.add_argument("--sigma-x", type=_number, required=True, help="Phase-1 noise std σ_X")
+    pi.add_argument("--sigma-z", type=_number, required=True, help="Phase-2 noise std σ_Z")
+    pi.add_argument("--headroom", type=_number, required=True, help="L >= 0 (units of σ_Z)")
+    pi.add_argument("--candidates", type=_integer, required=True, help="n per phase")
+    pi.add_argument("--lambda-tilde", type=_number, required=True, help="the released λ̃")
+    stop = pi.add_mutually_exclusive_group(required=True)
+    stop.add_argument("--halting-time", type=_integer, help="round t of acceptance (1..n)")
+    stop.add_argument("--fallback", action="store_true", help="nothing was accepted")
+    pi.add_argument("--delta", type=_number, required=True, help="Phase-1 δ in (0, 1)")
+    pi.set_defaults(func=cmd_account_privitp)
+    rn = account.add_parser("gaussian-rnm", parents=[common], help="Gaussian Report-Noisy-Max (Lebensold et al.)")
+    rn.add_argument("--sigma", type=_number, required=True)
+    rn.add_argument("--sensitivity", type=_number, required=True)
+    rn.add_argument("--queries", type=_integer, required=True, help="number of queries d >= 1")
+    rn.add_argument("--range", type=_number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
+    rn.set_defaults(func=cmd_account_rnm)
+    at = account.add_parser("gaussian-above-threshold", parents=[common],
+                            help="Gaussian AboveThreshold, ex-post (Lebensold et al.)")
+    at.add_argument("--threshold", type=_number, required=True, help="public threshold ρ")
+    at.add_argument("--sigma-threshold", type=_number, required=True, help="threshold noise σ_X")
+    at.add_argument("--sigma-query", type=_number, required=True, help="query noise σ_Z")
+    at.add_argument("--sensitivity", type=_number, required=True)
+    at.add_argument("--halting-time", type=_integer, required=True, help="round t >= 1")
+    at.add_argument("--range", type=_number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
+    at.set_defaults(func=cmd_account_at)
 
     calibrate = sub.add_parser("calibrate", help="noise or steps for a target (ε, δ)").add_subparsers(
         dest="what", required=True)
@@ -193,7 +305,29 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown")
     r.add_argument("dir")
     r.set_defaults(func=cmd_report)
+
+    verbs = {"account": account, "calibrate": calibrate, "convert": convert,
+             "simulate": sub.add_parser("simulate", help="simulations writing curves, plots and an artifact")
+             .add_subparsers(dest="what", required=True),
+             "run": sub.add_parser("run", help="run a mechanism end to end (presets)")
+             .add_subparsers(dest="what", required=True)}
+    _register_plugins(verbs, common)
     return p
+
+
+def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
+    """Subcommands contributed by `mechanisms` and `audits` through the `privcheck.commands` entry points.
+
+    Each entry point is a callable `register(verbs, common)` that adds parsers under `verbs[verb]`
+    (verb ∈ account, calibrate, convert, simulate, run) with `set_defaults(func=...)`; `privcheck` never
+    imports those packages itself. Handlers return the exit code and raise InvalidParameter on bad input.
+    """
+    import importlib.metadata
+    for ep in sorted(importlib.metadata.entry_points(group="privcheck.commands"), key=lambda e: e.name):
+        try:
+            ep.load()(verbs, common)
+        except ImportError as exc:  # a broken plugin must not take the core commands down with it
+            print(f"privcheck: warning: command plugin {ep.name!r} unavailable: {exc}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,3 +101,65 @@ def test_console_script_runs():
                            "--delta", "1e-5", "--k", "2", "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["epsilon"] == 2.0
+
+
+# --- selection accountants (spec selection.md §17 reference values) ----------------------------------
+
+def test_account_privbon_nominal_and_bounded_range(capsys):
+    out = run_json(capsys, "account", "privbon", "--sensitivity", "0.1", "--sigma", "0.2", "--candidates", "16",
+                   "--r-max", "1")
+    assert out["epsilon"] == 1.0                                           # 2Δ/σ
+    assert abs(out["epsilon_bounded_range"] - 0.999228797882) <= 1e-11     # O-5
+    lo, hi = out["epsilon_bounded_range_enclosure"]
+    assert lo <= out["epsilon_bounded_range"] == hi
+    only = run_json(capsys, "account", "privbon", "--sensitivity", "0.1", "--sigma", "0.2")
+    assert "epsilon_bounded_range" not in only
+
+
+@pytest.mark.parametrize("stop, eps2", [(["--halting-time", "4"], 1.434885007), (["--fallback"], 3.022340232)])
+def test_account_privitp_o3(capsys, stop, eps2):
+    out = run_json(capsys, "account", "privitp", "--sensitivity", "0.01", "--r-max", "1", "--sigma-x", "0.05",
+                   "--sigma-z", "0.05", "--headroom", "0.5", "--candidates", "16", "--lambda-tilde", "0.2",
+                   *stop, "--delta", "1e-5")
+    assert abs(out["kappa"] - 0.188896264520) <= 1e-11 and abs(out["kappa_acc"] - 0.868196213116) <= 1e-11
+    assert abs(out["eps2_post"] - eps2) <= 1e-9
+    # ε1: analytic Gaussian at μ = Δ/σ_X = 0.2, δ = 1e-5 (checked against mpmath at 50 digits)
+    import mpmath
+    with mpmath.workdps(50):
+        mu = mpmath.mpf(0.01) / mpmath.mpf(0.05)
+        delta = lambda e: mpmath.ncdf(mu / 2 - e / mu) - mpmath.exp(e) * mpmath.ncdf(-mu / 2 - e / mu)  # noqa
+        assert delta(out["eps1"]) <= 1e-5 < delta(out["eps1"] - 1e-9)
+    assert out["epsilon"] >= out["eps1"] + out["eps2_post"] - 1e-15
+    lo, hi = out["enclosures"]["epsilon"]
+    assert lo <= out["epsilon"] == hi
+
+
+def test_account_lebensold_o8_and_rnm(capsys):
+    import math
+    out = run_json(capsys, "account", "gaussian-above-threshold", "--threshold", "0.75", "--sigma-threshold", "0.3",
+                   "--sigma-query", repr(math.sqrt(3) * 0.3), "--sensitivity", "1e-3", "--halting-time", "3")
+    assert abs(out["epsilon"] - 0.00796829839499) <= 1e-13                 # O-8
+    rnm = run_json(capsys, "account", "gaussian-rnm", "--sigma", "0.5", "--sensitivity", "0.5", "--queries", "2")
+    # d = 2: the arg-max of two noisy queries is a Gaussian comparison, so in closed form
+    # P_D(i) = Φ((a − b + 2Δ)/(σ√2)) and P_D′(i) = Φ((a − b)/(σ√2)) with a − b = −1, Δ = 0.5, σ = 0.5.
+    from scipy.stats import norm
+    expected = math.log(norm.cdf((-1 + 1.0) / (0.5 * math.sqrt(2)))) - math.log(norm.cdf(-1 / (0.5 * math.sqrt(2))))
+    assert abs(rnm["epsilon"] - expected) <= 1e-12
+
+
+@pytest.mark.parametrize("argv, name", [
+    (["account", "privbon", "--sensitivity", "2", "--sigma", "1", "--candidates", "4", "--r-max", "1"], "sensitivity"),
+    (["account", "privbon", "--sensitivity", "0.1", "--sigma", "1", "--candidates", "4"], "r_max"),
+    (["account", "privitp", "--sensitivity", "0.01", "--r-max", "1", "--sigma-x", "0.05", "--sigma-z", "0.05",
+      "--headroom", "-1", "--candidates", "16", "--lambda-tilde", "0.2", "--fallback", "--delta", "1e-5"], "headroom"),
+    (["account", "privitp", "--sensitivity", "0.01", "--r-max", "1", "--sigma-x", "0.05", "--sigma-z", "0.05",
+      "--headroom", "0.5", "--candidates", "16", "--lambda-tilde", "0.2", "--halting-time", "17", "--delta", "1e-5"],
+     "halting_time"),
+    (["account", "gaussian-rnm", "--sigma", "0.1", "--sensitivity", "0.001", "--queries", "0"], "queries"),
+    (["account", "gaussian-above-threshold", "--threshold", "0.5", "--sigma-threshold", "0.3", "--sigma-query", "0.5",
+      "--sensitivity", "2", "--halting-time", "3"], "sensitivity"),
+])
+def test_selection_bad_input(capsys, argv, name):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert name in err and "allowed range" in err

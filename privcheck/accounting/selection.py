@@ -314,7 +314,7 @@ def privitp_loss(params: PrivITPParams, lambda_tilde: float, halting_time: int |
     total = Certified.from_ball(arb(eps1.value) + eps2_ball, "arb_sum_of_upper_bounds", eps2.precision_bits)
     return AccountingRecord(
         quantity="epsilon", value=total.value, mechanism="privitp", method="ex_post_mixed_composition",
-        inputs={**params.to_json(), "lambda_tilde": lambda_tilde,
+        inputs={**{k: val for k, val in params.to_json().items() if k != "beta"}, "lambda_tilde": lambda_tilde,
                 "halting_time": halting_time if halting_time is not None else "fallback"},
         neighboring=EX_POST_NEIGHBORING, certified=total,
         details={"eps1": eps1.value, "eps1_record": eps1.to_json(), "kappa": pair.kappa.to_json(),

@@ -11,18 +11,11 @@ how unlikely it was to pick a seed that fails a correct implementation. Cells wi
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import binom, chi2_contingency
+from scipy.stats import chi2_contingency
+
+from privcheck.checks.statistics import binomial_pvalues
 
 ALPHA = 1e-6
-
-
-def binomial_pvalues(counts, probs) -> np.ndarray:
-    counts = np.asarray(counts, dtype=np.int64)
-    probs = np.clip(np.asarray(probs, dtype=np.float64), 0.0, 1.0)
-    n = int(counts.sum())
-    lower = binom.cdf(counts, n, probs)
-    upper = binom.sf(counts - 1, n, probs)
-    return np.minimum(1.0, 2.0 * np.minimum(lower, upper))
 
 
 def assert_counts_match(counts, probs, alpha: float = ALPHA) -> None:

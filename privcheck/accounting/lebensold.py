@@ -1,0 +1,306 @@
+"""Lebensold et al.'s Gaussian selection accountants, certified in Arb (spec §11, §13.3).
+
+Guarantees (pure DP, scores in a public range [a, b], sensitivity 0 < Δ ≤ b − a: every score moves by at
+most Δ between neighbours, all of them at once and in any direction):
+
+* **Gaussian Report-Noisy-Max** (`gaussian_rnm_eps`). Add independent N(0, σ²) noise to each of d scores
+  and release the arg-max index. The mechanism is ε_RNM-DP (ex-ante: the same bound for every index) with
+
+      ε_RNM = log J(a − b + 2Δ) − log J(a − b),   J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
+
+  Worst case: the released query is at a on D′ and a + Δ on D; every other query is at b on D′ and
+  b − Δ on D. Checked derivation of J's argument (spec §11 is right): with x = s_i + σz,
+  P_s(argmax = i) = ∫ φ(z) Π_{j≠i} Φ(z + (s_i − s_j)/σ) dz; the gaps s_i − s_j are a − b on D′ and
+  (a + Δ) − (b − Δ) = a − b + 2Δ on D. d = 1 gives ε = 0 exactly (the output is constant).
+
+* **Gaussian AboveThreshold, ex-post** (`gaussian_at_expost_eps`). The public threshold ρ gets one
+  shared draw σ_X·X; round k compares q_k + σ_Z·Z_k with ρ + σ_X·X and the mechanism halts at the first
+  round at or above it. Halting at round t costs
+
+      ε_AT(t) = log I(Δ) − log I(0),
+      I(v) = ∫ φ(x)·Φ((ρ + σ_X·x − b + v)/σ_Z)^{t−1}·Φ((a + v − ρ − σ_X·x)/σ_Z) dx.
+
+  Worst case: the t − 1 below-threshold queries are at b on D′ and b − Δ on D; the halting query is at
+  a on D′ and a + Δ on D. Since
+  P_q(halt at t) = ∫ φ(x) Π_{k<t} Φ((ρ + σ_X x − q_k)/σ_Z)·Φ((q_t − ρ − σ_X x)/σ_Z) dx,
+  the two sides of the pair give I(0) and I(Δ) (spec §11 is right).
+
+Why these pairs are the worst (sketch; full proof in docs/selection.md). Both output probabilities are
+monotone in every score, so for a fixed D′ the worst D moves each score by Δ in the direction favouring
+the output, and it remains to maximise the ratio over D′.
+RNM: with gaps g = (s_i − s_j)/σ, F(g) = ∫ φ(z) Π Φ(z + g_j) dz and H(g) = log F(g + c·1) − log F(g),
+c = 2Δ/σ, ∂_j log F(g) = E_ν[λ(Z + g_j)] (λ = φ/Φ decreasing, ν ∝ φ(z)ΠΦ(z + g_k)); shifting every gap
+by c is a shift of z, which moves ν up in likelihood ratio, so ∂_j H ≤ 0 and the supremum over
+g_j ≥ (a − b)/σ is at the corner.
+AT: writing the ratio as an expectation over the posterior of the noisy threshold (after the change of
+variable T → T + Δ), the integrand is increasing and raising a below-threshold score moves the posterior
+up in likelihood ratio: worst at q′_k = b. In the halting score u = q′_t − ρ the ratio is
+C·P(S_δ ≤ u + 2Δ)/P(S ≤ u), S = σ_X Y + σ_Z Z′ log-concave and S_δ ≤_lr S + Δ, so its log-derivative is
+rh_{S_δ}(u + 2Δ) − rh_S(u) ≤ rh_S(u + Δ) − rh_S(u) ≤ 0 (rh: reversed hazard): worst at q′_t = a.
+The same monotonicities show that ε_RNM is nondecreasing in d and ε_AT(t) in t.
+Assumptions: the idealised real-valued Gaussian mechanism (floating-point samplers are not covered,
+§13.6), scores clipped to [a, b], Δ a user-supplied public constant valid for the claimed neighbour
+relation.
+
+Certification (§13.3): each integral is computed with `acb.integral` (through
+`privcheck.numerics.integrate`) on [−T, T], split around the integrand's mode (located in floats by
+maximising the log-integrand), and the neglected part, at most 2Φ̄(T) since both integrands lie in
+[0, φ], is added as an explicit interval using Φ̄(T) ≤ φ(T)/T. T is chosen so that the tail is below
+2^−prec relative to the integrand's peak. Both integrands are multiplied by the same exact power of two
+(which cancels in the ratio) so that very small integrals stay far above the absolute tolerance. The
+reported ε is the upper end of the ball log(I_num) − log(I_den), rounded up to a float; the precision
+starts at 256 bits and doubles until the ball's relative radius is ≤ 1e-12, failing closed with
+`CertificationError` past `MAX_PREC`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+
+from flint import acb, arb, ctx
+from scipy.optimize import minimize_scalar
+from scipy.special import log_ndtr
+
+from privcheck import validation as v
+from privcheck.accounting.records import AccountingRecord
+from privcheck.errors import CertificationError, InvalidParameter
+from privcheck.numerics.certified import Certified, float_down, float_up
+from privcheck.numerics.integrate import gaussian_tail_bound, integrate, with_tail
+
+START_PREC = 256
+MAX_PREC = 4096
+REL_TOL = 1e-12
+T_MAX = 1e4            # beyond this the integrand's mode is too far out to integrate sensibly: fail closed
+METHOD = "lebensold_integral_arb"
+NEIGHBORING = "user-declared (enters only through the score sensitivity Δ)"
+PROOF = "docs/selection.md (Lebensold et al.'s Gaussian selection accountants)"
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+def _range(a, b) -> tuple[float, float]:
+    allowed = "finite reals a < b"
+    for x in (a, b):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+            raise InvalidParameter("range", (a, b), allowed)
+    a, b = float(a), float(b)
+    if not a < b:
+        raise InvalidParameter("range", (a, b), allowed)
+    return a, b
+
+
+def _sensitivity(delta, a: float, b: float) -> float:
+    allowed = f"(0, b − a] = (0, {b - a!r}]"
+    try:
+        d = v.positive("sensitivity", delta)
+    except InvalidParameter:
+        raise InvalidParameter("sensitivity", delta, allowed) from None
+    if Fraction(d) > Fraction(b) - Fraction(a):   # exact: b − a in floats may round
+        raise InvalidParameter("sensitivity", delta, allowed)
+    return d
+
+
+# --- the integrals --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Factor:
+    """Φ(alpha·x + beta)^power, with alpha, beta exact functions of the inputs (given as callables in Arb)."""
+
+    alpha: object     # () -> arb, evaluated at the working precision
+    beta: object
+    alpha_f: float    # float versions, only for locating the mode
+    beta_f: float
+    power: int
+
+
+def _log_integrand_float(factors):
+    def f(x: float) -> float:
+        out = -0.5 * x * x
+        for fa in factors:
+            if fa.power:
+                out += fa.power * float(log_ndtr(fa.alpha_f * x + fa.beta_f))
+        return out
+    return f
+
+
+def _mode(factors) -> tuple[float, float, float]:
+    """(mode, width, log-peak) of x ↦ φ(x)·Π Φ(αx + β)^p in floats (log-concave: the mode is unique).
+
+    The log-integrand (without −log√(2π)) is f(x) ≤ −x²/2, so f(mode) ≥ f(0) gives |mode| ≤ √(−2f(0)).
+    The width is 1/√(−f''(mode)) ≤ 1 (f'' ≤ −1). None of these numbers enters the certificate.
+    """
+    f = _log_integrand_float(factors)
+    f0 = f(0.0)
+    if not math.isfinite(f0):
+        raise CertificationError("log-integrand is not finite at 0; parameters outside the supported range")
+    bound = math.sqrt(-2.0 * f0) + 1.0
+    res = minimize_scalar(lambda x: -f(x), bounds=(-bound, bound), method="bounded",
+                          options={"xatol": 1e-10 * max(1.0, bound)})
+    m = float(res.x)
+    if f(0.0) > f(m):
+        m = 0.0
+    h = 1e-3
+    curv = -(f(m + h) - 2 * f(m) + f(m - h)) / (h * h)
+    width = 1.0 / math.sqrt(curv) if math.isfinite(curv) and curv >= 1.0 else 1.0
+    return m, width, f(m)
+
+
+def _make_integrand(factors, scale_log2: int):
+    """acb integrand 2^−scale_log2 · φ(z) · Π Φ(α z + β)^p, with Φ(u) = erfc(−u/√2)/2 (entire in z)."""
+    total_power = sum(fa.power for fa in factors)
+    # Exact power of two: identical in numerator and denominator, so it cancels in the ratio.
+    c0 = acb(arb((1, -scale_log2 - total_power)) / (2 * arb.pi()).sqrt())
+    m = -1 / arb(2).sqrt()
+    coeffs = [(acb(fa.alpha() * m), acb(fa.beta() * m), fa.power) for fa in factors if fa.power]
+
+    def g(z: acb) -> acb:
+        out = (-(z * z) / 2).exp() * c0
+        for A, B, p in coeffs:
+            e = (z * A + B).erfc()
+            out *= e if p == 1 else e ** p
+        return out
+    return g
+
+
+def _enclose(factors, *, prec: int, T: int, scale_log2: int, breakpoints) -> tuple[arb, arb]:
+    """(scaled integral over ℝ, scaled tail bound): ∫_{−T}^{T} + [0, 2^−k·2Φ̄(T)]."""
+    with ctx.workprec(prec):   # the integrand's constants must be formed at the working precision
+        integrand = _make_integrand(factors, scale_log2)
+    core = integrate(integrand, -T, T, prec=prec, breakpoints=breakpoints)
+    with ctx.workprec(prec):
+        # Both integrands lie in [0, φ]: the part outside [−T, T] is in [0, 2Φ̄(T)] ⊂ [0, 2φ(T)/T].
+        tail = 2 * gaussian_tail_bound(arb(T)) * arb((1, -scale_log2))
+        return with_tail(core, arb(0), tail), tail
+
+
+def _log_ratio(num, den, *, label: str):
+    """Certified ball for log(∫num) − log(∫den) with the precision loop of §13.2 / §13.3.
+
+    Returns (ε ball, precision, details dict).
+    """
+    m_den, w_den, peak_den = _mode(den)
+    m_num, w_num, peak_num = _mode(num)
+    scale_log2 = math.floor(peak_den / math.log(2))
+    last_error = "not attempted"
+    prec = START_PREC
+    while prec <= MAX_PREC:
+        # The tail 2Φ̄(T) ≤ 2φ(T)/T must be below 2^−prec relative to the peak of both integrands.
+        need = -min(peak_den, peak_num) + prec * math.log(2) + 10.0
+        T = max(10, math.ceil(math.sqrt(2.0 * need)), math.ceil(max(abs(m_den), abs(m_num)) + 10))
+        if T > T_MAX:
+            raise CertificationError(f"{label}: integrand mode too far out (T = {T} > {T_MAX})")
+        centres = [(m_den, w_den)] + ([(m_num, w_num)] if abs(m_num - m_den) > w_den / 4 else [])
+        bps = sorted({m + k * w for m, w in centres for k in (-12, -4, -1, 0, 1, 4, 12)})
+        try:
+            i_num, tail = _enclose(num, prec=prec, T=T, scale_log2=scale_log2, breakpoints=bps)
+            i_den, _ = _enclose(den, prec=prec, T=T, scale_log2=scale_log2, breakpoints=bps)
+        except CertificationError as exc:
+            last_error = str(exc)
+            prec *= 2
+            continue
+        with ctx.workprec(prec):
+            if i_num > 0 and i_den > 0:
+                eps = i_num.log() - i_den.log()
+                if eps.is_finite() and (eps.is_zero() or eps.rad() <= arb(REL_TOL) * abs(eps.mid())):
+                    unscale = arb((1, scale_log2))
+                    details = {
+                        "T": T, "precision_bits": prec, "mode": m_den, "breakpoints": bps,
+                        "scale_log2": scale_log2,
+                        "numerator": _ball_json(i_num * unscale), "denominator": _ball_json(i_den * unscale),
+                        "tail_bound": _ball_json(tail * unscale),
+                    }
+                    return eps, prec, details
+            last_error = f"ε enclosure too wide at {prec} bits: num {i_num}, den {i_den}"
+        prec *= 2
+    raise CertificationError(f"{label}: no enclosure with relative radius ≤ {REL_TOL} up to "
+                             f"{MAX_PREC} bits ({last_error})")
+
+
+def _ball_json(x: arb) -> dict:
+    return {"lower": float_down(x), "upper": float_up(x), "arb": x.str(30, radius=True)}
+
+
+# --- public API -----------------------------------------------------------------------------------
+
+def gaussian_rnm_eps(d, sigma, Delta, a=0.0, b=1.0) -> AccountingRecord:
+    """Certified pure-DP ε of Gaussian Report-Noisy-Max over d queries (ex-ante; spec §11).
+
+    ε_RNM = log J(a − b + 2Δ) − log J(a − b), J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
+    Proof: docs/selection.md.
+    """
+    d = v.count("queries", d)
+    sigma = v.positive("sigma", sigma)
+    a, b = _range(a, b)
+    Delta = _sensitivity(Delta, a, b)
+    start = time.perf_counter()
+    inputs = {"queries": d, "sigma": sigma, "sensitivity": Delta, "a": a, "b": b}
+    worst = ("selected query at a on D′ and a + Δ on D; every other query at b on D′ and b − Δ on D")
+    if d == 1:   # a single query: the arg-max is constant, the output reveals nothing
+        cert = Certified.from_ball(arb(0), METHOD, 0, side="upper")
+        return AccountingRecord(
+            quantity="epsilon", value=cert.value, mechanism="gaussian_report_noisy_max", method=METHOD,
+            inputs=inputs, neighboring=NEIGHBORING, certified=cert,
+            details={"note": "d = 1: the output is constant, ε = 0 exactly",
+                     "guarantee": "pure DP, ex-ante", "worst_case": worst, "proof": PROOF},
+            wall_time_s=time.perf_counter() - start)
+
+    def factors(y2):  # J(y) with y = a − b + y2·Δ: Φ(z + y/σ)^{d−1}
+        return [_Factor(alpha=lambda: arb(1),
+                        beta=lambda: (arb(a) - arb(b) + y2 * arb(Delta)) / arb(sigma),
+                        alpha_f=1.0, beta_f=(a - b + y2 * Delta) / sigma, power=d - 1)]
+
+    eps, prec, details = _log_ratio(factors(2), factors(0), label="gaussian_rnm_eps")
+    cert = Certified.from_ball(eps, METHOD, prec, side="upper")
+    details.update({"numerator_is": "J(a − b + 2Δ)", "denominator_is": "J(a − b)",
+                    "guarantee": "pure DP, ex-ante (same bound for every released index)",
+                    "worst_case": worst, "proof": PROOF})
+    return AccountingRecord(
+        quantity="epsilon", value=cert.value, mechanism="gaussian_report_noisy_max", method=METHOD,
+        inputs=inputs, neighboring=NEIGHBORING, certified=cert, details=details,
+        wall_time_s=time.perf_counter() - start)
+
+
+def gaussian_at_expost_eps(t, rho, sigma_X, sigma_Z, Delta, a=0.0, b=1.0) -> AccountingRecord:
+    """Certified pure ex-post ε of Gaussian AboveThreshold halting at round t (spec §11).
+
+    ε_AT(t) = log I(Δ) − log I(0),
+    I(v) = ∫ φ(x)·Φ((ρ + σ_X x − b + v)/σ_Z)^{t−1}·Φ((a + v − ρ − σ_X x)/σ_Z) dx.
+    Proof: docs/selection.md.
+    """
+    t = v.count("halting_time", t)
+    rho = v.finite("threshold", rho)
+    sigma_X = v.positive("sigma_X", sigma_X)
+    sigma_Z = v.positive("sigma_Z", sigma_Z)
+    a, b = _range(a, b)
+    Delta = _sensitivity(Delta, a, b)
+    start = time.perf_counter()
+
+    def factors(dv):  # I(v) with v = dv·Δ
+        vv = lambda: dv * arb(Delta)  # noqa: E731
+        return [
+            _Factor(alpha=lambda: arb(sigma_X) / arb(sigma_Z),
+                    beta=lambda: (arb(rho) - arb(b) + vv()) / arb(sigma_Z),
+                    alpha_f=sigma_X / sigma_Z, beta_f=(rho - b + dv * Delta) / sigma_Z, power=t - 1),
+            _Factor(alpha=lambda: -arb(sigma_X) / arb(sigma_Z),
+                    beta=lambda: (arb(a) + vv() - arb(rho)) / arb(sigma_Z),
+                    alpha_f=-sigma_X / sigma_Z, beta_f=(a + dv * Delta - rho) / sigma_Z, power=1),
+        ]
+
+    eps, prec, details = _log_ratio(factors(1), factors(0), label="gaussian_at_expost_eps")
+    cert = Certified.from_ball(eps, METHOD, prec, side="upper")
+    details.update({
+        "numerator_is": "I(Δ)", "denominator_is": "I(0)",
+        "guarantee": "pure ex-post DP for the output 'halted at round t' (charge ε_AT(t) when t is released)",
+        "worst_case": ("below-threshold queries at b on D′ and b − Δ on D; halting query at a on D′ and "
+                       "a + Δ on D"),
+        "proof": PROOF})
+    return AccountingRecord(
+        quantity="epsilon", value=cert.value, mechanism="gaussian_above_threshold", method=METHOD,
+        inputs={"halting_time": t, "threshold": rho, "sigma_X": sigma_X, "sigma_Z": sigma_Z,
+                "sensitivity": Delta, "a": a, "b": b},
+        neighboring=NEIGHBORING, certified=cert, details=details,
+        wall_time_s=time.perf_counter() - start)

@@ -1,0 +1,39 @@
+"""Monte-Carlo agreement tests with a pre-declared false-failure rate.
+
+`binomial_agreement(counts, probs, alpha)`: for each of the K cells, the exact two-sided binomial test of
+count_k ~ Binomial(N, p_k), p-value = min(1, 2·min(P[X ≤ count_k], P[X ≥ count_k])) (conservative). The
+check fails when some cell's p-value is below α/K (Bonferroni), so a correct sampler fails with probability
+at most α. Cells with p_k = 0 require a count of 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import binom
+
+DEFAULT_ALPHA = 1e-6
+
+
+def binomial_pvalues(counts, probs) -> np.ndarray:
+    counts = np.asarray(counts, dtype=np.int64)
+    probs = np.clip(np.asarray(probs, dtype=np.float64), 0.0, 1.0)
+    n = int(counts.sum())
+    lower = binom.cdf(counts, n, probs)
+    upper = binom.sf(counts - 1, n, probs)
+    return np.minimum(1.0, 2.0 * np.minimum(lower, upper))
+
+
+def binomial_agreement(counts, probs, alpha: float = DEFAULT_ALPHA) -> dict:
+    """A check dict (passed, observed, expected, tolerance, message) for Monte-Carlo counts vs an exact law."""
+    counts = np.asarray(counts)
+    probs = np.asarray(probs, dtype=np.float64)
+    if counts.shape != probs.shape or abs(probs.sum() - 1.0) > 1e-9:
+        return {"passed": False, "observed": counts.tolist(), "expected": probs.tolist(), "tolerance": alpha,
+                "message": f"shape mismatch or law not normalised (sum {probs.sum()})"}
+    pvals = binomial_pvalues(counts, probs)
+    worst = int(np.argmin(pvals))
+    n = int(counts.sum())
+    return {"passed": bool(pvals[worst] >= alpha / probs.size),
+            "observed": (counts / n).tolist(), "expected": probs.tolist(),
+            "tolerance": f"Bonferroni exact binomial, alpha={alpha}",
+            "message": f"N={n}; worst cell {worst}: p-value {pvals[worst]:.3g} vs {alpha / probs.size:.3g}"}
