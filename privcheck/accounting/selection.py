@@ -24,13 +24,13 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from flint import arb
+from flint import arb, ctx
 from scipy.special import ndtr
 
 from privcheck import validation as v
 from privcheck.accounting.gaussian import gaussian_epsilon
 from privcheck.accounting.records import AccountingRecord
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics.ball import ThresholdPredicate, evaluate, evaluate_all, gauss_G
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
@@ -168,32 +168,52 @@ class PrivITPParams:
         return asdict(self)
 
 
-def _log_G_diff(hi: arb, lo: arb) -> arb:
-    """log(G(hi) − G(lo)) for hi > lo."""
-    return (gauss_G(hi) - gauss_G(lo)).log()
+# Float rounding of the mechanism's c = fl(fl(r_hi + fl(σ_Z·L)) − λ̃): three roundings, each ≤ 2^-53·|result|.
+_ROUNDING = 2.0 ** -51
 
 
-def _kappa_ball(p: PrivITPParams, lt: arb, clamped: bool, c: arb, shift: arb) -> arb:
-    """κ = log A(Δ) − log A(0), A(v) ∝ G(top + v/σ_Z) − G(a0 + v/σ_Z), a0 = (λ̃ − r_hi)/σ_Z.
+def _rounding_bucket(params: PrivITPParams, lambda_abs: float) -> int:
+    """Exponent e with |c_float − c_exact| ≤ 2^e for every λ̃ with |λ̃| ≤ lambda_abs."""
+    scale = abs(params.r_max) + abs(params.sigma_z * params.headroom) + lambda_abs + 1.0
+    return math.ceil(math.log2(_ROUNDING * scale))
 
-    Unclamped, c = r_hi + σ_Z·L − λ̃ + shift (shift: the float rounding of the mechanism's c), so
-    top = a0 + c/σ_Z = L + shift/σ_Z does not depend on λ̃. Clamped (c = c_min), top = a0 + c/σ_Z.
+
+@functools.lru_cache(maxsize=4096)
+def _anchors(params: PrivITPParams, bucket: int, prec: int) -> tuple[arb, arb, arb, arb]:
+    """G at the λ̃-free arguments of the unclamped case, with c's float rounding (≤ 2^bucket) as a ball:
+    (G(top), G(top + Δ/σ_Z), G(bottom), G(bottom + Δ/σ_Z)), top = L + shift/σ_Z,
+    bottom = (r_lo − r_hi)/σ_Z − L − shift/σ_Z. Cached per precision: they do not depend on λ̃."""
+    with ctx.workprec(prec):
+        s = arb(params.sigma_z)
+        ds = arb(params.sensitivity) / s
+        shift = arb(0, arb(2) ** bucket) / s
+        top = arb(params.headroom) + shift
+        bottom = (arb(params.r_lo) - arb(params.r_max)) / s - arb(params.headroom) - shift
+        return gauss_G(top), gauss_G(top + ds), gauss_G(bottom), gauss_G(bottom + ds)
+
+
+def _kappa_balls(p: PrivITPParams, lt: arb, c: float | None, bucket: int, which=(True, True)):
+    """(κ, κ_acc) as balls at the working precision (entries not asked for in `which` are None).
+
+    κ = log A(Δ) − log A(0) with A(v) ∝ G(top + v/σ_Z) − G(a0 + v/σ_Z), a0 = (λ̃ − r_hi)/σ_Z;
+    κ_acc = log B(Δ) − log B(0) with B(v) ∝ G(b0 + v/σ_Z) − G(bottom + v/σ_Z), b0 = (r_lo − λ̃)/σ_Z.
+    Unclamped (c is None), c = r_hi + σ_Z·L − λ̃ up to float rounding, so top = a0 + c/σ_Z and
+    bottom = b0 − c/σ_Z do not depend on λ̃ (cached anchors; narrow cell enclosures). Clamped (c = c_min
+    given), the general form is used.
     """
     s = arb(p.sigma_z)
     ds = arb(p.sensitivity) / s
     a0 = (lt - arb(p.r_max)) / s
-    top = a0 + c / s if clamped else arb(p.headroom) + shift / s
-    return _log_G_diff(top + ds, a0 + ds) - _log_G_diff(top, a0)
-
-
-def _kappa_acc_ball(p: PrivITPParams, lt: arb, clamped: bool, c: arb, shift: arb) -> arb:
-    """κ_acc = log B(Δ) − log B(0), B(v) ∝ G(b0 + v/σ_Z) − G(bottom + v/σ_Z), b0 = (r_lo − λ̃)/σ_Z,
-    bottom = b0 − c/σ_Z (= (r_lo − r_hi)/σ_Z − L − shift/σ_Z unclamped, free of λ̃)."""
-    s = arb(p.sigma_z)
-    ds = arb(p.sensitivity) / s
     b0 = (arb(p.r_lo) - lt) / s
-    bottom = b0 - c / s if clamped else (arb(p.r_lo) - arb(p.r_max)) / s - arb(p.headroom) - shift / s
-    return _log_G_diff(b0 + ds, bottom + ds) - _log_G_diff(b0, bottom)
+    if c is None:
+        g_top, g_top_ds, g_bot, g_bot_ds = _anchors(p, bucket, ctx.prec)
+    else:
+        h = arb(c) / s
+        g_top, g_top_ds = gauss_G(a0 + h), gauss_G(a0 + h + ds)
+        g_bot, g_bot_ds = gauss_G(b0 - h), gauss_G(b0 - h + ds)
+    kappa = ((g_top_ds - gauss_G(a0 + ds)).log() - (g_top - gauss_G(a0)).log()) if which[0] else None
+    kappa_acc = ((gauss_G(b0 + ds) - g_bot_ds).log() - (gauss_G(b0) - g_bot).log()) if which[1] else None
+    return kappa, kappa_acc
 
 
 @dataclass(frozen=True)
@@ -218,20 +238,16 @@ def privitp_kappa(params: PrivITPParams, lambda_tilde: float) -> KappaPair:
     """Certified κ and κ_acc at the released λ̃ (cached: the pair is a pure function of public values)."""
     c = params.threshold_width(lambda_tilde)
     clamped = c == params.c_min
-
-    def compute():
-        lt = arb(lambda_tilde)
-        shift = arb(c) - (arb(params.r_max) + arb(params.sigma_z) * arb(params.headroom) - lt)
-        return (_kappa_ball(params, lt, clamped, arb(c), shift),
-                _kappa_acc_ball(params, lt, clamped, arb(c), shift))
-
-    (k_ball, ka_ball), prec = evaluate_all(compute)
+    bucket = _rounding_bucket(params, abs(lambda_tilde))
+    lt = arb(lambda_tilde)
+    try:  # fast path: λ̃-free anchors (cached), c's rounding enclosed as a ball of radius 2^bucket
+        if clamped:
+            raise CertificationError("clamped: use the exact form")
+        (k_ball, ka_ball), prec = evaluate_all(lambda: _kappa_balls(params, lt, None, bucket), max_prec=128)
+    except CertificationError:  # exact path: the mechanism's float c itself (narrows with precision)
+        (k_ball, ka_ball), prec = evaluate_all(lambda: _kappa_balls(params, lt, c, bucket))
     return KappaPair(lambda_tilde, c, Certified.from_ball(k_ball, "arb_closed_form", prec),
                      Certified.from_ball(ka_ball, "arb_closed_form", prec), k_ball, ka_ball)
-
-
-# Float rounding of the mechanism's c = fl(fl(r_hi + fl(σ_Z·L)) − λ̃): three roundings, each ≤ 2^-53·|result|.
-_ROUNDING = 2.0 ** -51
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -244,14 +260,13 @@ def _cell_upper(params: PrivITPParams, cell: int, log2_step: int) -> tuple[float
     """
     step = 2.0 ** log2_step
     lo, hi = cell * step, (cell + 1) * step
-    scale = abs(params.r_max) + abs(params.sigma_z * params.headroom) + max(abs(lo), abs(hi)) + 1.0
-    if params.r_max + params.sigma_z * params.headroom - hi <= params.c_min + _ROUNDING * scale:
+    bucket = _rounding_bucket(params, max(abs(lo), abs(hi)))
+    if params.r_max + params.sigma_z * params.headroom - hi <= params.c_min + 2.0 ** bucket:
         return math.inf, math.inf
 
     def compute():
-        shift = arb(0, _ROUNDING * scale)
-        return (_kappa_ball(params, arb(lo), False, arb(0), shift),
-                _kappa_acc_ball(params, arb(hi), False, arb(0), shift))
+        return (_kappa_balls(params, arb(lo), None, bucket, (True, False))[0],
+                _kappa_balls(params, arb(hi), None, bucket, (False, True))[1])
 
     (k_ball, ka_ball), _ = evaluate_all(compute, rel_tol=1e-9)
     return float_up(k_ball), float_up(ka_ball)

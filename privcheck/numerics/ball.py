@@ -73,8 +73,19 @@ def decide(compute: Callable[[], arb], threshold: float, *, start_prec: int = ST
 
 # --- closed forms -------------------------------------------------------------------------------
 
+_CONSTANTS: dict[int, tuple[arb, arb]] = {}
+
+
+def _constants() -> tuple[arb, arb]:
+    """(√2, 1/√(2π)) at the working precision (cached per precision)."""
+    prec = ctx.prec
+    if prec not in _CONSTANTS:
+        _CONSTANTS[prec] = (arb(2).sqrt(), 1 / (2 * arb.pi()).sqrt())
+    return _CONSTANTS[prec]
+
+
 def _sqrt2() -> arb:
-    return arb(2).sqrt()
+    return _constants()[0]
 
 
 def normal_cdf(u: arb) -> arb:
@@ -89,7 +100,7 @@ def normal_sf(u: arb) -> arb:
 
 def normal_pdf(u: arb) -> arb:
     """φ(u) = exp(−u²/2)/√(2π)."""
-    return (-(u * u) / 2).exp() / (2 * arb.pi()).sqrt()
+    return (-(u * u) / 2).exp() * _constants()[1]
 
 
 def log_normal_cdf(u: arb) -> arb:

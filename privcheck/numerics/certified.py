@@ -8,28 +8,22 @@ inside), the method that produced it and the working precision.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 
 from flint import arb
 
 
-def _exact_fraction(point: arb) -> Fraction:
-    man, exp = point.man_exp()
-    man, exp = int(man), int(exp)
-    return Fraction(man) * (Fraction(2) ** exp)
-
-
 def float_up(x: arb) -> float:
     """The smallest float64 not below the upper end of the ball `x` (inf if unbounded)."""
     if not x.is_finite():
         return math.inf
-    hi = _exact_fraction(x.upper())
-    try:
-        f = float(hi)
-    except OverflowError:
-        return math.inf if hi > 0 else -math.nextafter(math.inf, 0)
-    if Fraction(f) < hi:
+    hi = x.upper()                      # an exact point: comparisons with exact points are exact
+    f = float(hi)                       # nearest float (may be below hi)
+    if math.isinf(f):
+        return f if f > 0 else -sys.float_info.max
+    if arb(f) < hi:
         f = math.nextafter(f, math.inf)
     return f
 
@@ -38,12 +32,11 @@ def float_down(x: arb) -> float:
     """The largest float64 not above the lower end of the ball `x` (-inf if unbounded)."""
     if not x.is_finite():
         return -math.inf
-    lo = _exact_fraction(x.lower())
-    try:
-        f = float(lo)
-    except OverflowError:
-        return -math.inf if lo < 0 else math.nextafter(math.inf, 0)
-    if Fraction(f) > lo:
+    lo = x.lower()
+    f = float(lo)
+    if math.isinf(f):
+        return f if f < 0 else sys.float_info.max
+    if arb(f) > lo:
         f = math.nextafter(f, -math.inf)
     return f
 
