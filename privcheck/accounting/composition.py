@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from flint import arb
 
@@ -34,6 +35,11 @@ def basic_composition(epsilons, deltas=()) -> tuple[float, float]:
     for d in deltas:
         dlt += arb(v.nonnegative("delta", d))
     return float_up(eps), float_up(dlt)
+
+
+def _fraction_up(x: Fraction) -> float:
+    f = float(x)
+    return math.nextafter(f, math.inf) if Fraction(f) < x else f
 
 
 class BudgetExceeded(PrivcheckError):
@@ -59,7 +65,7 @@ class ExPostFilter:
     mode: str = "provable"
     entries: list[FilterEntry] = field(default_factory=list)
     _spent: arb = field(default_factory=lambda: arb(0), repr=False)
-    _delta_spent: arb = field(default_factory=lambda: arb(0), repr=False)
+    _delta_spent: Fraction = field(default_factory=Fraction, repr=False)   # exact: K_max·δ = δ_total fits
 
     def __post_init__(self):
         self.budget = v.positive("budget", self.budget)
@@ -89,7 +95,7 @@ class ExPostFilter:
             return False
         fits = float_up(self._spent + arb(worst_case)) <= self.budget
         if self.delta_total is not None and delta > 0:
-            fits = fits and float_up(self._delta_spent + arb(delta)) <= self.delta_total
+            fits = fits and self._delta_spent + Fraction(delta) <= Fraction(self.delta_total)
         return fits
 
     def refuse(self, label: str, worst_case: float, delta: float = 0.0) -> None:
@@ -106,12 +112,12 @@ class ExPostFilter:
                 raise BudgetExceeded(f"{label}: charged without being admitted (spent {self.spent}, "
                                      f"worst case {worst_case}, budget {self.budget})")
         self._spent = self._spent + arb(realised)
-        self._delta_spent = self._delta_spent + arb(delta)
+        self._delta_spent = self._delta_spent + Fraction(delta)
         self.entries.append(FilterEntry(label, worst_case, realised, delta, False, self.spent))
 
     def to_json(self) -> dict:
         return {"budget": self.budget, "delta_total": self.delta_total, "mode": self.mode,
-                "provable": self.provable, "spent": self.spent, "delta_spent": float_up(self._delta_spent),
+                "provable": self.provable, "spent": self.spent, "delta_spent": _fraction_up(self._delta_spent),
                 "answered": sum(not e.refused for e in self.entries),
                 "refused": sum(e.refused for e in self.entries),
                 "entries": [e.__dict__ for e in self.entries],
