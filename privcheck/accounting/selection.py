@@ -52,6 +52,14 @@ def _sensitivity(delta_s, r_lo: float, r_hi: float) -> float:
     return d
 
 
+def _sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float | None]:
+    """Validate Δ, against the score range when one is given (r_max None: no range, r_hi None)."""
+    if r_max is None:
+        return v.positive("sensitivity", sensitivity), r_lo, None
+    r_lo, r_hi = _score_range(r_lo, r_max)
+    return _sensitivity(sensitivity, r_lo, r_hi), r_lo, r_hi
+
+
 # --- PrivBoN --------------------------------------------------------------------------------------
 
 def _bon_ball(n: int, span: float, sensitivity: float, sigma) -> arb:
@@ -70,11 +78,7 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
         raise InvalidParameter("mode", mode, "'exact' or 'nominal'")
     sigma = v.positive("sigma", sigma)
     start = time.perf_counter()
-    if r_max is not None:
-        r_lo, r_hi = _score_range(r_lo, r_max)
-        sensitivity = _sensitivity(sensitivity, r_lo, r_hi)
-    else:
-        sensitivity = v.positive("sensitivity", sensitivity)
+    sensitivity, r_lo, r_hi = _sensitivity_and_range(sensitivity, r_lo, r_max)
     nominal_ball, p0 = evaluate(lambda: 2 * arb(sensitivity) / arb(sigma))
     nominal = Certified.from_ball(nominal_ball, "arb", p0)
     inputs = {"sensitivity": sensitivity, "sigma": sigma, "mode": mode}
@@ -104,11 +108,7 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
     ε_BoN(n; σ) ≤ ε (`tight=True`, needs `candidates` and `r_max`)."""
     epsilon = v.positive("epsilon", epsilon)
     start = time.perf_counter()
-    if r_max is not None:
-        r_lo, r_hi = _score_range(r_lo, r_max)
-        sensitivity = _sensitivity(sensitivity, r_lo, r_hi)
-    else:
-        sensitivity = v.positive("sensitivity", sensitivity)
+    sensitivity, r_lo, r_hi = _sensitivity_and_range(sensitivity, r_lo, r_max)
     ball, prec = evaluate(lambda: 2 * arb(sensitivity) / arb(epsilon))
     nominal = float_up(ball)  # σ ≥ 2Δ/ε ⇔ 2Δ/σ ≤ ε: round up
     cert = Certified.from_ball(ball, "arb", prec)
