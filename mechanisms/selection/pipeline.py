@@ -617,7 +617,6 @@ def run_pipeline(policy, scorer, prompt_ids, *, n: int, constants: SelectionCons
                 break
             t_chunk = time.perf_counter()
             hi = min(total_prompts, lo + chunk)
-            c = hi - lo
             p_ids = torch.as_tensor(prompt_np[lo:hi], dtype=torch.long, device=policy.device)
             t0 = time.perf_counter()
             comp = sampler.sample(p_ids, per_prompt)                     # [c, per_prompt, T]

@@ -1,0 +1,74 @@
+"""Tiny policy builders (no downloads): a GPT-2-style causal LM from a config, with LoRA via peft.
+
+`build_tiny_policy(seed, dtype)` returns a PEFT model whose only trainable tensors are the LoRA matrices on
+the attention projections (`attn.c_attn`, `attn.c_proj`); `model.disable_adapter()` gives the reference
+policy π_ref (the public base). GPT-2 uses LayerNorm and all dropouts are 0, so float64 checks are exact
+(spec §12 item 15). PEFT's default init sets B = 0, so a fresh policy equals π_ref; `perturb_lora_` moves
+LoRA off the reference for checks.
+"""
+
+from __future__ import annotations
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from privcheck import validation as val
+from privcheck.errors import InvalidParameter
+
+from mechanisms.dpgrpo.tasks import CharTokenizer
+
+LORA_TARGETS = ("attn.c_attn", "attn.c_proj")
+_DTYPES = (torch.float32, torch.float64)
+
+
+def _dtype(dtype) -> torch.dtype:
+    if dtype not in _DTYPES:
+        raise InvalidParameter("dtype", dtype, "torch.float32 or torch.float64")
+    return dtype
+
+
+def tiny_config(tokenizer: CharTokenizer | None = None, n_positions: int = 32) -> GPT2Config:
+    """GPT-2 config: 2 layers, hidden 64, 4 heads, all dropouts 0, vocabulary of `tokenizer`."""
+    tok = tokenizer or CharTokenizer()
+    return GPT2Config(vocab_size=tok.vocab_size, n_positions=val.count("n_positions", n_positions),
+                      n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      bos_token_id=tok.eos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                      attn_implementation="eager")
+
+
+def build_tiny_base(seed, dtype=torch.float32, tokenizer: CharTokenizer | None = None) -> GPT2LMHeadModel:
+    """The base model with weights drawn from `seed` (the global RNG state is left unchanged), in eval mode."""
+    seed = val.count("seed", seed, minimum=0)
+    dtype = _dtype(dtype)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT2LMHeadModel(tiny_config(tokenizer))
+    return model.to(dtype).eval()
+
+
+def build_tiny_policy(seed, dtype=torch.float32, *, r=4, alpha=8, lora_dropout=0.0,
+                      tokenizer: CharTokenizer | None = None):
+    """Base model from `seed` wrapped with LoRA (rank r, α, dropout) on `LORA_TARGETS`; base weights frozen."""
+    r = val.count("r", r)
+    alpha = val.positive("alpha", alpha)
+    lora_dropout = val.nonnegative("lora_dropout", lora_dropout)
+    if lora_dropout >= 1:
+        raise InvalidParameter("lora_dropout", lora_dropout, "[0, 1)")
+    base = build_tiny_base(seed, dtype, tokenizer)
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=lora_dropout, target_modules=list(LORA_TARGETS),
+                     fan_in_fan_out=True, bias="none", init_lora_weights=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 1)
+        model = get_peft_model(base, cfg)
+    return model.to(dtype).eval()
+
+
+@torch.no_grad()
+def perturb_lora_(model, std, seed) -> None:
+    """Add N(0, std²) to every LoRA tensor (from a private generator seeded by `seed`), in place."""
+    std = val.positive("std", std)
+    gen = torch.Generator().manual_seed(val.count("seed", seed, minimum=0))
+    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        if "lora_" in name:
+            p.add_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * std)

@@ -1,0 +1,119 @@
+"""Records of Algorithm 1 (spec shared/spec/dpgrpo.md §1.1, §3.3, §4).
+
+`Record` is the privacy unit (a prompt with its reference answer, and for gold DP-SFT its solution);
+`SlotUniverse` holds the public slot count n, the private presence bits and the records; `RolloutGroup` holds
+one prompt's G completions; `GradientRecord` is a record whose gradient is a fixed vector (checks, canaries).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from privcheck import validation as val
+from privcheck.errors import InvalidParameter
+
+
+@dataclass(frozen=True, eq=True)
+class Record:
+    """One private record x_i: `prompt`, reference `answer`, optional `solution`, read-only `meta`."""
+
+    prompt: str
+    answer: str
+    solution: str | None = None
+    meta: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("prompt", "answer"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidParameter(name, getattr(self, name), "a str")
+        if self.solution is not None and not isinstance(self.solution, str):
+            raise InvalidParameter("solution", self.solution, "None or a str")
+        if not isinstance(self.meta, Mapping):
+            raise InvalidParameter("meta", self.meta, "a mapping")
+        object.__setattr__(self, "meta", types.MappingProxyType(dict(self.meta)))
+
+    __hash__ = None  # meta is a mapping; records are compared, never hashed
+
+
+@dataclass(frozen=True)
+class GradientRecord:
+    """A record whose (unclipped) gradient is the fixed 1-D vector `v`; it passes the same clip/sum/noise path."""
+
+    v: torch.Tensor
+
+    def __post_init__(self):
+        if not isinstance(self.v, torch.Tensor) or self.v.dim() != 1 or not self.v.is_floating_point():
+            raise InvalidParameter("v", getattr(self.v, "shape", self.v), "a 1-D floating-point tensor")
+        object.__setattr__(self, "v", self.v.detach().clone())
+
+
+class SlotUniverse:
+    """Public slot count `n`, private presence bits `present` (BoolTensor[n]) and `records` (length n).
+
+    An absent slot's entry is never read and may be anything (None, a Record, a GradientRecord). A present
+    slot must hold a Record or GradientRecord. Only `batch` (Algorithm 1, line 3) reads `present`.
+    """
+
+    def __init__(self, n, present, records: Sequence):
+        self._n = val.count("n", n)
+        if not isinstance(present, torch.Tensor) or present.dtype != torch.bool or tuple(present.shape) != (self._n,):
+            raise InvalidParameter("present", getattr(present, "shape", present), f"a BoolTensor of shape ({self._n},)")
+        if isinstance(records, (str, bytes)) or not isinstance(records, Sequence) or len(records) != self._n:
+            raise InvalidParameter("records", type(records).__name__, f"a sequence of length n = {self._n}")
+        present = present.detach().cpu().clone()
+        for i, (b, rec) in enumerate(zip(present.tolist(), records)):
+            if b and not isinstance(rec, (Record, GradientRecord)):
+                raise InvalidParameter(f"records[{i}]", type(rec).__name__, "a Record or GradientRecord (slot present)")
+        self._present = present
+        self._records = tuple(records)
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def batch(self, coins) -> list[int]:
+        """Algorithm 1, line 3: B_t = {i : c_{t,i} = 1 and b_i = 1}, as sorted 0-based slot indices."""
+        if not isinstance(coins, torch.Tensor) or coins.dtype != torch.bool or tuple(coins.shape) != (self._n,):
+            raise InvalidParameter("coins", getattr(coins, "shape", coins), f"a BoolTensor of shape ({self._n},)")
+        return torch.nonzero(coins.cpu() & self._present).flatten().tolist()
+
+    def record(self, i: int):
+        """The record in slot i (0-based); call only for i in a batch."""
+        return self._records[i]
+
+
+@dataclass(frozen=True)
+class RolloutGroup:
+    """One prompt's G completions: `token_ids` LongTensor[G, L_max], `mask` [G, L_max] (see
+    `core.completion_mask`), `rewards` Tensor[G] of 0/1 once scored (None before line 5), optional `texts`."""
+
+    token_ids: torch.Tensor
+    mask: torch.Tensor
+    rewards: torch.Tensor | None = None
+    texts: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        ids = self.token_ids
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.shape[0] < 2:
+            raise InvalidParameter("token_ids", getattr(ids, "shape", ids), "an integer tensor [G, L_max], G >= 2")
+        if not isinstance(self.mask, torch.Tensor) or self.mask.shape != ids.shape:
+            raise InvalidParameter("mask", getattr(self.mask, "shape", self.mask), f"a tensor of shape {tuple(ids.shape)}")
+        if self.rewards is not None and (not isinstance(self.rewards, torch.Tensor)
+                                         or tuple(self.rewards.shape) != (ids.shape[0],)):
+            raise InvalidParameter("rewards", getattr(self.rewards, "shape", self.rewards), f"None or Tensor[{ids.shape[0]}]")
+        if self.texts is not None:
+            object.__setattr__(self, "texts", tuple(self.texts))
+            if len(self.texts) != ids.shape[0]:
+                raise InvalidParameter("texts", len(self.texts), f"None or {ids.shape[0]} strings")
+
+    @property
+    def G(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    def with_rewards(self, rewards) -> "RolloutGroup":
+        """A copy with `rewards` filled (Algorithm 1, line 5)."""
+        return RolloutGroup(self.token_ids, self.mask, torch.as_tensor(rewards), self.texts)
