@@ -23,7 +23,7 @@ from privcheck.environment import environment
 from privcheck.errors import InvalidParameter
 
 SCHEMA_ID = "privcheck.verification/1"
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 BUILTIN_SUITES = {"accounting": "privcheck.checks.accounting:run_suite"}
 
 

@@ -27,16 +27,25 @@ class CheckResult:
     inputs: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
     seconds: float = 0.0
+    status: str | None = None   # "pass" | "fail" | "error" | "skipped" (default: from `passed`)
+    precision: str | None = None  # e.g. "float64", "float32" for checks run at a stated precision
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", MappingProxyType(dict(self.inputs)))
         object.__setattr__(self, "passed", bool(self.passed))
+        status = self.status or ("pass" if self.passed else "fail")
+        if status not in ("pass", "fail", "error", "skipped"):
+            raise ValueError(f"unknown check status {status!r}")
+        if self.passed != (status == "pass"):
+            raise ValueError("`passed` must be True exactly when status is 'pass'")
+        object.__setattr__(self, "status", status)
 
     def to_json(self) -> dict:
         return {"name": self.name, "suite": self.suite, "passed": self.passed,
                 "observed": _jsonable(self.observed), "expected": _jsonable(self.expected),
                 "tolerance": _jsonable(self.tolerance), "reference": self.reference,
-                "inputs": _jsonable(self.inputs), "message": self.message, "seconds": self.seconds}
+                "inputs": _jsonable(self.inputs), "message": self.message, "seconds": self.seconds,
+                "status": self.status, "precision": self.precision}
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def render_markdown(doc: dict, plots: list[str] = ()) -> str:
 
     w("## Checks\n\n| | check | observed | expected | tolerance | reference |\n|---|---|---|---|---|---|\n")
     for c in doc["checks"]:
-        mark = "pass" if c["passed"] else "**FAIL**"
+        status = c.get("status") or ("pass" if c["passed"] else "fail")
+        mark = "pass" if status == "pass" else f"**{status.upper()}**"
         w(f"| {mark} | `{c['name']}` | {_fmt(c['observed'])} | {_fmt(c['expected'])} | {_fmt(c['tolerance'])} "
           f"| {c['reference']} |\n")
     failed = [c for c in doc["checks"] if not c["passed"]]

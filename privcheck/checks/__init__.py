@@ -31,7 +31,7 @@ class Recorder:
             result = CheckResult(name=name, suite=self.suite, passed=False, observed=None, expected=None,
                                  tolerance=None, reference=reference, inputs=inputs or {},
                                  message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
-                                 seconds=time.perf_counter() - start)
+                                 seconds=time.perf_counter() - start, status="error")
         self.checks.append(result)
         return result
 
