@@ -44,3 +44,12 @@ __all__ = [
     "GradientRecord", "ParamSpace", "Record", "RolloutGroup", "SlotUniverse", "clip_flat", "completion_mask",
     "flatten_grads", "group_advantages", "k3_kl", "poisson_coins", "privatize", "prompt_loss", "unflatten_into",
 ]
+from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.randomness import Randomness, make_randomness
+from mechanisms.dpgrpo.record_grads import (FilteredSFT, GoldSFT, GRPOGradient, RecordGrad, RecordGradient,
+                                            StepContext, ZeroAdvantage)
+from mechanisms.dpgrpo.rollouts import IsolatedHF, Replay, token_logprobs
+from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
+__all__ += ["DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "IsolatedHF", "Randomness",
+            "RecordGrad", "RecordGradient", "Replay", "StepContext", "VerifierError", "ZeroAdvantage",
+            "make_randomness", "token_logprobs"]

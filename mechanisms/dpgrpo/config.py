@@ -1,0 +1,235 @@
+"""Public configuration of Algorithm 1 (spec shared/spec/dpgrpo.md §3.1).
+
+`DPGRPOConfig` is a frozen dataclass validated at construction: every invalid value raises `InvalidParameter`
+naming the parameter, before anything is read or written. `sha256()` hashes its canonical JSON (sorted keys,
+floats at `repr` precision, ±inf as strings) and goes into the run artifact before the run starts.
+
+σ is stored at full precision. `DPGRPOConfig.from_target(...)` calibrates σ with
+`privcheck.accounting.calibrate_sigma` and stores the calibration record (bracket, achieved ε) alongside; this
+module never computes ε itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import numbers
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from privcheck import validation as val
+from privcheck.errors import InvalidParameter
+
+ARMS = ("dp_grpo", "zero_advantage", "dp_sft_filtered", "dp_sft_gold", "nonprivate_reference")
+RECORD_GRADIENTS = ("grpo", "zero_advantage", "sft_filtered", "sft_gold")
+ROLLOUT_MODES = ("isolated", "batched", "replay")
+OPTIMIZERS = ("adamw", "sgd")
+PRECISIONS = ("float32", "float64")
+NONPRIVATE_ARM = "nonprivate_reference"
+_DEFAULT_RG = {"dp_grpo": "grpo", "zero_advantage": "zero_advantage", "dp_sft_filtered": "sft_filtered",
+               "dp_sft_gold": "sft_gold", "nonprivate_reference": "grpo"}
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _canonical(value):
+    """JSON-able canonical form: floats keep repr precision, ±inf/NaN become strings."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def _freeze(value):
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({str(k): _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class DPGRPOConfig:
+    """Public inputs of Algorithm 1. q = m/n; δ defaults to 1/(10n); σ = 0 / C = ∞ only for the
+    non-private arm (`arm="nonprivate_reference"`) or in check mode (`check_mode=True`)."""
+
+    n: int
+    m: float
+    T: int
+    sigma: float
+    C: float
+    delta: float | None = None
+    target_epsilon: float | None = None
+    G: int = 4
+    tau: float = 0.7
+    top_k: int = 0
+    top_p: float = 1.0
+    L_max: int = 6
+    max_prompt_len: int = 32
+    beta: float = 0.04
+    c: float = 1e-4
+    lora_r: int = 4
+    lora_alpha: float = 8.0
+    lora_dropout: float = 0.0
+    lora_targets: tuple = ("attn.c_attn", "attn.c_proj")
+    lora_init: str = "peft_default"
+    optimizer: str = "adamw"
+    lr: float = 1e-2
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    chunk_size: int | None = None
+    rollout_mode: str = "isolated"
+    precision: str = "float32"
+    randomness: str | int = "os_entropy"
+    arm: str = "dp_grpo"
+    record_gradient: str | None = None
+    check_mode: bool = False
+    calibration: Mapping | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        s = object.__setattr__
+        s(self, "n", val.count("n", self.n))
+        if not _is_real(self.m) or not math.isfinite(float(self.m)) or not 0 < float(self.m) <= self.n:
+            raise InvalidParameter("m", self.m, f"(0, n] with n = {self.n} (expected batch; q = m/n in (0, 1])")
+        s(self, "m", float(self.m) if not isinstance(self.m, numbers.Integral) else int(self.m))
+        val.sampling_rate("q", self.m / self.n)
+        s(self, "T", val.count("T", self.T))
+        if self.arm not in ARMS:
+            raise InvalidParameter("arm", self.arm, f"one of {ARMS}")
+        relaxed = self.arm == NONPRIVATE_ARM or self.check_mode is True
+        if not isinstance(self.check_mode, bool):
+            raise InvalidParameter("check_mode", self.check_mode, "a bool")
+        sigma = val.nonnegative("sigma", self.sigma)
+        if sigma == 0 and not relaxed:
+            raise InvalidParameter("sigma", self.sigma, "(0, inf); sigma = 0 only for arm 'nonprivate_reference' "
+                                   "or check_mode")
+        s(self, "sigma", sigma)
+        if _is_real(self.C) and float(self.C) == math.inf:
+            if not relaxed or sigma != 0:
+                raise InvalidParameter("C", self.C, "(0, inf); C = inf only with sigma = 0 in the non-private arm "
+                                       "or check_mode")
+            s(self, "C", math.inf)
+        else:
+            s(self, "C", val.positive("C", self.C))
+        s(self, "delta", 1.0 / (10 * self.n) if self.delta is None else val.open_unit("delta", self.delta))
+        if self.target_epsilon is not None:
+            s(self, "target_epsilon", val.positive("target_epsilon", self.target_epsilon))
+        G = val.count("G", self.G, minimum=2)
+        s(self, "G", G)
+        s(self, "tau", val.positive("tau", self.tau))
+        s(self, "top_k", val.count("top_k", self.top_k, minimum=0))
+        top_p = val.positive("top_p", self.top_p)
+        if top_p > 1:
+            raise InvalidParameter("top_p", self.top_p, "(0, 1]")
+        s(self, "top_p", top_p)
+        s(self, "L_max", val.count("L_max", self.L_max))
+        s(self, "max_prompt_len", val.count("max_prompt_len", self.max_prompt_len))
+        s(self, "beta", val.nonnegative("beta", self.beta))
+        s(self, "c", val.positive("c", self.c))
+        s(self, "lora_r", val.count("lora_r", self.lora_r))
+        s(self, "lora_alpha", val.positive("lora_alpha", self.lora_alpha))
+        ld = val.nonnegative("lora_dropout", self.lora_dropout)
+        if ld >= 1:
+            raise InvalidParameter("lora_dropout", self.lora_dropout, "[0, 1)")
+        s(self, "lora_dropout", ld)
+        targets = self.lora_targets
+        if isinstance(targets, str) or not all(isinstance(t, str) and t for t in targets) or not targets:
+            raise InvalidParameter("lora_targets", targets, "a non-empty sequence of module-name strings")
+        s(self, "lora_targets", tuple(targets))
+        if not isinstance(self.lora_init, str):
+            raise InvalidParameter("lora_init", self.lora_init, "a str")
+        if self.optimizer not in OPTIMIZERS:
+            raise InvalidParameter("optimizer", self.optimizer, f"one of {OPTIMIZERS}")
+        s(self, "lr", val.positive("lr", self.lr))
+        betas = tuple(self.betas) if isinstance(self.betas, (tuple, list)) else None
+        if betas is None or len(betas) != 2 or not all(_is_real(b) and 0 <= float(b) < 1 for b in betas):
+            raise InvalidParameter("betas", self.betas, "a pair (beta1, beta2) in [0, 1)")
+        s(self, "betas", tuple(float(b) for b in betas))
+        s(self, "eps", val.positive("eps", self.eps))
+        s(self, "weight_decay", val.nonnegative("weight_decay", self.weight_decay))
+        if self.chunk_size is not None:
+            s(self, "chunk_size", val.count("chunk_size", self.chunk_size))
+        if self.rollout_mode not in ROLLOUT_MODES:
+            raise InvalidParameter("rollout_mode", self.rollout_mode, f"one of {ROLLOUT_MODES}")
+        if self.precision not in PRECISIONS:
+            raise InvalidParameter("precision", self.precision, f"one of {PRECISIONS}")
+        r = self.randomness
+        if not (r == "os_entropy" or (isinstance(r, numbers.Integral) and not isinstance(r, bool) and r >= 0)):
+            raise InvalidParameter("randomness", r, "'os_entropy' or a non-negative int seed (seeded mode)")
+        rg = self.record_gradient if self.record_gradient is not None else _DEFAULT_RG[self.arm]
+        if rg not in RECORD_GRADIENTS:
+            raise InvalidParameter("record_gradient", rg, f"one of {RECORD_GRADIENTS}")
+        s(self, "record_gradient", rg)
+        if self.calibration is not None:
+            if not isinstance(self.calibration, Mapping):
+                raise InvalidParameter("calibration", type(self.calibration).__name__, "None or a mapping")
+            s(self, "calibration", _freeze(dict(self.calibration)))
+
+    # ------------------------------------------------------------------ derived public values
+
+    @property
+    def q(self) -> float:
+        """Sampling rate q = m/n (public)."""
+        return self.m / self.n
+
+    @property
+    def divisor(self) -> float:
+        """The public divisor q·n of line 8 (never the realised batch size)."""
+        return self.q * self.n
+
+    @property
+    def nonprivate(self) -> bool:
+        """True when σ = 0 (non-private arm or check mode): no privacy claim."""
+        return self.sigma == 0
+
+    @property
+    def seeded(self) -> bool:
+        return self.randomness != "os_entropy"
+
+    # ------------------------------------------------------------------ serialisation
+
+    def to_json(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["calibration"] = None if self.calibration is None else _thaw(self.calibration)
+        return _canonical(d)
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    def sha256(self) -> str:
+        """sha256 hex digest of the canonical JSON (stable across processes and dict orders)."""
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+    def replace(self, **changes) -> "DPGRPOConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_target(cls, *, n, m, T, target_epsilon, C, delta=None, **kwargs) -> "DPGRPOConfig":
+        """Calibrate σ with `privcheck.accounting.calibrate_sigma(q, T, δ, ε)` and store it at full precision,
+        with the calibration record (bracket, achieved ε, library versions)."""
+        from privcheck.accounting import calibrate_sigma
+
+        probe = cls(n=n, m=m, T=T, sigma=1.0, C=C, delta=delta, target_epsilon=target_epsilon, **kwargs)
+        if probe.arm == NONPRIVATE_ARM:
+            raise InvalidParameter("arm", probe.arm, "a private arm (from_target calibrates sigma)")
+        if probe.target_epsilon is None:
+            raise InvalidParameter("target_epsilon", target_epsilon, "(0, inf)")
+        cal = calibrate_sigma(probe.q, probe.T, probe.delta, probe.target_epsilon)
+        return dataclasses.replace(probe, sigma=float(cal.value), calibration=cal.to_json())
+
+
+def _thaw(value):
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value

@@ -1,0 +1,305 @@
+"""`DPTrainer`: Algorithm 1 composed from the public entry points of spec §3.3.
+
+    step() = apply_update(noisy_update(zip(records, score(records, rollouts(model, records, policy)))))
+             with records = universe.batch(sample_coins())
+
+    sample_coins()            line 2  core.poisson_coins over all n slots (coins generator)
+    rollouts(model, recs, p)  line 4  the backend (IsolatedHF / Replay), rollout generator
+    score(recs, groups)       line 5  verifier; exception / output ∉ {0,1} → reward 0 (counted privately)
+    record_gradient(rec, grp) line 6  the arm's RecordGradient (flat, unclipped)
+    contributions(items)      line 7  clip_flat once per record, after all chunks
+    clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
+    privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·n), noise generator
+    apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
+    noisy_update(items)       privatize(clipped_sum(items))
+
+Public telemetry (per step) holds only functions of ĝ_t, θ and public inputs. Private telemetry (batch size,
+rewards, verifier failures, pre-clip norms, clip fraction, non-finite counts, losses) is kept in memory in
+`private_telemetry` and is never part of public output. The trainer never computes ε: `privacy_claim` reports
+(q, σ, T, δ) and, when the config was calibrated, the accountant's ε from the calibration record.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from privcheck.errors import InvalidParameter, PrivcheckError
+
+from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.randomness import Randomness
+from mechanisms.dpgrpo.record_grads import StepContext, from_name
+from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
+from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, token_logprobs
+
+
+class VerifierError(PrivcheckError):
+    """The verifier raised, or returned a value outside {0, 1}, on a public example at construction."""
+
+
+DEFAULT_PUBLIC_EXAMPLES = (
+    (Record(prompt="1+2=", answer="3"), "3"),
+    (Record(prompt="1+2=", answer="3"), "4"),
+    (Record(prompt="5+5=", answer="10"), ""),
+    (Record(prompt="0+0=", answer="0"), "00+="),
+)
+
+
+def _reward_value(r) -> int | None:
+    """0 or 1 if r is one of them (bool, int, float, 0-d tensor), else None."""
+    if isinstance(r, torch.Tensor):
+        if r.numel() != 1:
+            return None
+        r = r.item()
+    if isinstance(r, bool):
+        return int(r)
+    if isinstance(r, (int, float)) and r in (0, 1):
+        return int(r)
+    return None
+
+
+class DPTrainer:
+    def __init__(self, model, tokenizer, universe: SlotUniverse, config: DPGRPOConfig, verifier,
+                 record_gradient=None, rollout_backend=None, randomness: Randomness | None = None, *,
+                 public_examples=DEFAULT_PUBLIC_EXAMPLES):
+        if not isinstance(config, DPGRPOConfig):
+            raise InvalidParameter("config", type(config).__name__, "a DPGRPOConfig")
+        if not isinstance(universe, SlotUniverse):
+            raise InvalidParameter("universe", type(universe).__name__, "a SlotUniverse")
+        if universe.n != config.n:
+            raise InvalidParameter("universe.n", universe.n, f"the config's public n = {config.n}")
+        if not callable(verifier):
+            raise InvalidParameter("verifier", verifier, "a callable (record, completion) -> {0, 1}")
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.universe = universe
+        self.verifier = verifier
+        self._check_verifier(public_examples)  # before any private record is read (§2.1)
+        self.space = core.ParamSpace(model)
+        bad = [k for k in self.space.names if "lora_" not in k]
+        if bad:
+            raise InvalidParameter("model", bad[:3], "a model whose only trainable tensors are LoRA tensors")
+        self.device = self.space.params[0].device
+        if randomness is None:
+            randomness = Randomness.from_mode(config.randomness, self.device)
+        elif not isinstance(randomness, Randomness):
+            raise InvalidParameter("randomness", type(randomness).__name__, "a Randomness")
+        elif randomness.privacy_release != (config.randomness == "os_entropy"):
+            raise InvalidParameter("randomness", randomness.mode, f"the config's mode {config.randomness!r}")
+        self.randomness = randomness
+        self.arm = from_name(config.record_gradient) if record_gradient is None else record_gradient
+        for attr in ("name", "rollout_policy"):
+            if not hasattr(self.arm, attr) or not callable(self.arm):
+                raise InvalidParameter("record_gradient", self.arm, "a RecordGradient (name, rollout_policy, call)")
+        self.rollout_backend = IsolatedHF.from_config(tokenizer, config) if rollout_backend is None else rollout_backend
+        self.ctx = StepContext(model=model, space=self.space, tokenizer=tokenizer, chunk_size=config.chunk_size,
+                               beta=config.beta, c=config.c, max_prompt_len=config.max_prompt_len,
+                               L_max=config.L_max, logprobs=token_logprobs)
+        if config.optimizer == "adamw":
+            self.optimizer = torch.optim.AdamW(self.space.params, lr=config.lr, betas=config.betas, eps=config.eps,
+                                               weight_decay=config.weight_decay)
+        else:
+            self.optimizer = torch.optim.SGD(self.space.params, lr=config.lr, momentum=0.0, weight_decay=0.0)
+        self.t = 0
+        self.public_telemetry: list[dict] = []
+        self.private_telemetry: list[dict] = []
+        self._scratch: dict = self._new_scratch()
+
+    # ---------------------------------------------------------------------------- public facts
+
+    @property
+    def nonprivate(self) -> bool:
+        return self.config.nonprivate
+
+    @property
+    def privacy_release(self) -> bool:
+        return self.randomness.privacy_release and not self.nonprivate and not self.config.check_mode
+
+    @property
+    def release_blockers(self) -> list[str]:
+        out = []
+        if not self.randomness.privacy_release:
+            out.append(self.randomness.reason)
+        if self.nonprivate:
+            out.append("non-private reference arm (sigma = 0)")
+        if self.config.check_mode:
+            out.append("check mode")
+        return out
+
+    @property
+    def privacy_claim(self) -> dict | None:
+        """None for the non-private arm; else (q, σ, T, δ) and the accountant's ε if the config was calibrated."""
+        if self.nonprivate:
+            return None
+        cfg = self.config
+        cal = cfg.calibration
+        return {"unit": "prompt_group", "neighboring": "add_remove", "n": cfg.n, "q": cfg.q, "sigma": cfg.sigma,
+                "T": cfg.T, "delta": cfg.delta, "C": cfg.C,
+                "epsilon": None if cal is None else cal.get("epsilon"),
+                "accountant": None if cal is None else "privcheck.accounting.calibrate_sigma (PLD)"}
+
+    # ---------------------------------------------------------------------------- construction checks
+
+    def _check_verifier(self, examples) -> None:
+        examples = list(examples)
+        if not examples:
+            raise InvalidParameter("public_examples", examples, "at least one (Record, completion) pair")
+        for rec, completion in examples:
+            try:
+                r = self.verifier(rec, completion)
+            except Exception as err:  # noqa: BLE001 — any failure on public data is a construction error
+                raise VerifierError(f"verifier raised on public example {rec.prompt!r} / {completion!r}: "
+                                    f"{type(err).__name__}: {err}") from err
+            if _reward_value(r) is None:
+                raise VerifierError(f"verifier returned {r!r} (not in {{0, 1}}) on public example "
+                                    f"{rec.prompt!r} / {completion!r}")
+
+    # ---------------------------------------------------------------------------- Algorithm 1
+
+    def _new_scratch(self) -> dict:
+        return {"verifier_failures": 0, "rewards": [], "pre_clip_norms": [], "clipped": 0, "nonfinite": 0,
+                "records": []}
+
+    def sample_coins(self) -> torch.Tensor:
+        """Line 2: Bernoulli(q) coins for all n slots from the coins generator."""
+        return core.poisson_coins(self.config.n, self.config.q, self.randomness.coins)
+
+    def rollouts(self, model, records, policy) -> list:
+        """Line 4: one RolloutGroup per record (None for GradientRecords or when policy is "none")."""
+        if policy == "none":
+            return [None] * len(records)
+        return self.rollout_backend(model, records, policy, self.randomness)
+
+    def _reward(self, record, text) -> int:
+        try:
+            r = _reward_value(self.verifier(record, text))
+        except Exception:  # noqa: BLE001 — fixed rule: reward 0, counted privately (§2.1)
+            r = None
+        if r is None:
+            self._scratch["verifier_failures"] += 1
+            return 0
+        return r
+
+    def score(self, records, groups) -> list:
+        """Line 5: fill each group's rewards with the verifier (fixed rule for failures)."""
+        out = []
+        for rec, group in zip(records, groups, strict=True):
+            if group is None or isinstance(rec, GradientRecord):
+                out.append(group)
+                continue
+            texts = group.texts if group.texts is not None else tuple(
+                decode_completion(self.tokenizer, row) for row in group.token_ids.tolist())
+            rewards = torch.tensor([self._reward(rec, y) for y in texts], dtype=torch.int64)
+            self._scratch["rewards"].append(rewards.tolist())
+            out.append(RolloutGroup(group.token_ids, group.mask, rewards, texts))
+        return out
+
+    def record_gradient(self, record, group=None, *, chunk_size=None) -> torch.Tensor:
+        """Line 6: the arm's flat, unclipped gradient for one record (private dict kept privately)."""
+        kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
+        rg = self.arm(self.ctx, record, group, **kwargs)
+        self._scratch["records"].append(rg.private)
+        return rg.grad
+
+    def record_loss_and_grad(self, record, group=None, chunk_size=None) -> tuple[float, torch.Tensor]:
+        kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
+        rg = self.arm(self.ctx, record, group, **kwargs)
+        return rg.private.get("loss", 0.0), rg.grad
+
+    @staticmethod
+    def _unpack(item):
+        if isinstance(item, GradientRecord):
+            return item, None
+        if isinstance(item, tuple) and len(item) == 2:
+            return item
+        raise InvalidParameter("item", type(item).__name__, "a (record, group) pair or a GradientRecord")
+
+    def clip(self, v) -> torch.Tensor:
+        return core.clip_flat(v, self.config.C, nonprivate=self.nonprivate)
+
+    def contributions(self, items) -> list[torch.Tensor]:
+        """Lines 6–7: ḡ_i = clip_C(g_i), one clip per record over the whole flat vector."""
+        out = []
+        for item in items:
+            g = self.record_gradient(*self._unpack(item))
+            with torch.no_grad():
+                norm = float(torch.linalg.vector_norm(g.detach().double()))
+            self._scratch["pre_clip_norms"].append(norm)
+            self._scratch["nonfinite"] += int(not math.isfinite(norm))
+            self._scratch["clipped"] += int(math.isfinite(norm) and norm > self.config.C)
+            out.append(self.clip(g))
+        return out
+
+    def clipped_sum(self, items) -> torch.Tensor:
+        """Σ_i ḡ_i (no noise, no division); the zero vector for an empty list."""
+        S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.device)
+        for v in self.contributions(items):
+            S = S + v
+        return S
+
+    def privatize(self, S) -> torch.Tensor:
+        """Line 8: (S + N(0, σ²C²I)) / (q·n) with the noise generator; q·n is public."""
+        cfg = self.config
+        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, cfg.n, self.randomness.noise, nonprivate=self.nonprivate)
+
+    def noisy_update(self, items) -> torch.Tensor:
+        return self.privatize(self.clipped_sum(items))
+
+    def apply_update(self, g_hat) -> bool:
+        """Line 9: ĝ into LoRA .grad, optimizer.step(). A non-finite ĝ skips the step (state unchanged)."""
+        finite = bool(torch.isfinite(g_hat).all())
+        if finite:
+            core.unflatten_into(g_hat, self.space)
+            self.optimizer.step()
+        self.space.zero_grad()
+        return finite
+
+    def step(self) -> dict:
+        """One round of Algorithm 1; returns this round's public telemetry entry."""
+        self._scratch = self._new_scratch()
+        coins = self.sample_coins()                                             # line 2
+        batch = self.universe.batch(coins)                                      # line 3
+        records = [self.universe.record(i) for i in batch]
+        policy = getattr(self.arm, "rollout_policy", "current")
+        groups = self.rollouts(self.model, records, policy)                     # line 4
+        groups = self.score(records, groups)                                    # line 5
+        g_hat = self.noisy_update(list(zip(records, groups)))                   # lines 6–8
+        before = [p.detach().clone() for p in self.space.params]
+        applied = self.apply_update(g_hat)                                      # line 9
+        self.t += 1
+        with torch.no_grad():
+            delta = math.sqrt(sum(float(((p.detach() - b).double() ** 2).sum())
+                                  for p, b in zip(self.space.params, before)))
+            update_norm = float(torch.linalg.vector_norm(g_hat.detach().double()))
+        entry = {"t": self.t, "lr": self.optimizer.param_groups[0]["lr"], "update_norm": update_norm,
+                 "param_delta_norm": delta, "skipped_nonfinite_update": not applied}
+        self.public_telemetry.append(entry)
+        sc = self._scratch
+        norms = sc["pre_clip_norms"]
+        rewards = [r for rs in sc["rewards"] for r in rs]
+        self.private_telemetry.append({
+            "t": self.t, "batch_size": len(batch), "verifier_failures": sc["verifier_failures"],
+            "reward_mean": (sum(rewards) / len(rewards)) if rewards else None,
+            "constant_group_fraction": (sum(len(set(rs)) == 1 for rs in sc["rewards"]) / len(sc["rewards"]))
+            if sc["rewards"] else None,
+            "pre_clip_norms": norms, "clip_fraction": (sc["clipped"] / len(norms)) if norms else None,
+            "nonfinite_records": sc["nonfinite"], "records": sc["records"]})
+        return entry
+
+    def train(self, T: int | None = None) -> list[dict]:
+        """Run T rounds (default config.T; never more than the accounted config.T); tqdm bar on a TTY only."""
+        T = self.config.T if T is None else T
+        if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= self.config.T - self.t:
+            raise InvalidParameter("T", T, f"an integer in [1, {self.config.T - self.t}] (rounds left of config.T)")
+        try:
+            from tqdm.auto import tqdm
+            bar = tqdm(range(T), desc=f"dp-grpo[{self.config.arm}]", disable=not sys.stderr.isatty())
+        except ImportError:  # pragma: no cover
+            bar = range(T)
+        for _ in bar:
+            self.step()
+        return self.public_telemetry[-T:]

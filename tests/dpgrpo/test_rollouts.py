@@ -1,0 +1,67 @@
+"""Rollout backends and the log-prob helper (spec §2.3, §3.2 line 4, §3.4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.randomness import Randomness
+from mechanisms.dpgrpo.records import Record
+from mechanisms.dpgrpo.rollouts import IsolatedHF, Replay, make_group, token_logprobs
+from mechanisms.dpgrpo.verify import reference_fixture
+from privcheck.errors import InvalidParameter
+
+
+@pytest.fixture(scope="module")
+def fx():
+    return reference_fixture(n_records=3, G=4, L_max=5, seed=2)
+
+
+def test_token_logprobs_matches_full_log_softmax(fx):
+    model, tok, records, replay = fx
+    group = replay.group_for(records[0])
+    prompt = torch.tensor(tok.encode(records[0].prompt))
+    P, L = prompt.numel(), group.token_ids.shape[1]
+    full = torch.cat([prompt[None].expand(group.G, -1), group.token_ids], 1)
+    logits = model(input_ids=full).logits  # temperature 1, all positions
+    expected = torch.stack([torch.stack([torch.log_softmax(logits[g, P - 1 + k], -1)[full[g, P + k]]
+                                         for k in range(L)]) for g in range(group.G)])
+    got = token_logprobs(model, prompt, group.token_ids)
+    assert got.dtype == torch.float64 and got.shape == (group.G, L)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-13)
+
+
+def test_isolated_generation_settings_and_shapes(fx):
+    model, tok, records, _ = fx
+    backend = IsolatedHF.from_config(tok, DPGRPOConfig(n=3, m=1, T=1, sigma=1.0, C=1.0, G=4, L_max=5, tau=0.7))
+    gc = backend.generation_config()
+    assert (gc.do_sample, gc.temperature, gc.top_k, gc.top_p, gc.max_new_tokens, gc.num_return_sequences) == \
+        (True, 0.7, 0, 1.0, 5, 4)
+    assert (gc.pad_token_id, gc.eos_token_id) == (tok.pad_id, tok.eos_id)
+    state = torch.get_rng_state()
+    r1, r2 = Randomness.seeded(9), Randomness.seeded(9)
+    a = backend(model, records, "current", r1)
+    b = backend(model, records, "current", r2)
+    assert torch.equal(torch.get_rng_state(), state)  # framework RNG forked, caller state untouched
+    for ga, gb in zip(a, b):
+        assert ga.token_ids.shape == (4, 5) and torch.equal(ga.token_ids, gb.token_ids)
+        assert ga.rewards is None and len(ga.texts) == 4
+        eos_seen = (ga.token_ids == tok.eos_id).cumsum(1)
+        expected_mask = ((eos_seen - (ga.token_ids == tok.eos_id).long()) == 0).long()
+        assert torch.equal(ga.mask, expected_mask)
+    c = backend(model, records, "current", r1)  # fresh draws on the next call
+    assert any(not torch.equal(x.token_ids, y.token_ids) for x, y in zip(a, c))
+    ref = backend(model, records[:1], "reference", Randomness.seeded(9))
+    assert ref[0].token_ids.shape == (4, 5)
+
+
+def test_replay_returns_stored_groups_without_rewards(fx):
+    _, tok, records, replay = fx
+    out = replay(None, records, "current")
+    for rec, g in zip(records, out):
+        assert torch.equal(g.token_ids, replay.group_for(rec).token_ids) and g.rewards is None
+    with pytest.raises(InvalidParameter):
+        replay.group_for(Record(prompt="9+9=", answer="18"))
+    grp = make_group(tok, ["12", "3"], 4, eos=[True, False])
+    assert grp.mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]] and grp.texts == ("12", "3")
