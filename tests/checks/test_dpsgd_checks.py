@@ -4,7 +4,6 @@ bindings, report errors for raising callables, and refuse models with dropout.""
 from __future__ import annotations
 
 import dataclasses
-import math
 import subprocess
 import sys
 import textwrap
@@ -212,7 +211,6 @@ CONFTEST = """
 
 
 def _pytest(tmp_path, *args):
-    root = str(Path(__file__).parents[2])
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "privcheck.checks.pytest_plugin", "-rs", "-q",
                            "-p", "no:cacheprovider", f"--rootdir={tmp_path}", *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)

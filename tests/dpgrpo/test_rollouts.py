@@ -8,7 +8,7 @@ import torch
 from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import Randomness
 from mechanisms.dpgrpo.records import Record
-from mechanisms.dpgrpo.rollouts import IsolatedHF, Replay, make_group, token_logprobs
+from mechanisms.dpgrpo.rollouts import IsolatedHF, make_group, token_logprobs
 from mechanisms.dpgrpo.verify import reference_fixture
 from privcheck.errors import InvalidParameter
 

@@ -15,7 +15,7 @@ import torch
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import Randomness, make_randomness
-from mechanisms.dpgrpo.records import GradientRecord, Record, SlotUniverse
+from mechanisms.dpgrpo.records import GradientRecord, SlotUniverse
 from mechanisms.dpgrpo.tasks import reward
 from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
 from mechanisms.dpgrpo.verify import BINDING_NAMES, bindings_for, reference_fixture
