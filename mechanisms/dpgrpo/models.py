@@ -33,6 +33,7 @@ def tiny_config(tokenizer: CharTokenizer | None = None, n_positions: int = 32) -
     tok = tokenizer or CharTokenizer()
     return GPT2Config(vocab_size=tok.vocab_size, n_positions=val.count("n_positions", n_positions),
                       n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                      summary_first_dropout=0.0,  # unused by the LM head, but any dropout > 0 is refused
                       bos_token_id=tok.eos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
                       attn_implementation="eager")
 

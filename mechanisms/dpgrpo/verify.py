@@ -1,17 +1,20 @@
-"""Bindings of the verification suite to the trainer's own entry points (spec shared/spec/dpgrpo.md §8).
+"""Bindings of the verification suite to the trainer's own entry points (spec shared/spec/dpgrpo.md §7, §8).
 
-`bindings_for(trainer, items=..., perturb=...)` returns the trainer's callables under the names of §8, so the
-checks exercise production code, not copies. When `privcheck.checks.dpsgd.SuiteBindings` exists, a
-`SuiteBindings` is returned (fixture `gradient_record` maps to `make_gradient_record`, plus the public
-metadata C, q, n, σ, dim, G, β); otherwise a plain dict with the keys of `BINDING_NAMES`.
+`bindings_for(trainer, items=..., perturb=..., ...)` returns a `privcheck.checks.dpsgd.SuiteBindings` whose
+callables are the trainer's production methods (`sample_coins`, `record_gradient`, `record_loss_and_grad`,
+`contributions`, `clipped_sum`, `privatize`, `noisy_update`, `step`/`apply_update`, `clip`); where a check varies
+C, σ, q, n or the chunk size, a trainer of the same class is built with `config.replace(...)` (sharing the model,
+arm, rollouts and randomness), so a subclass that overrides one method is checked through that method.
 
 `reference_fixture()` builds the float64 reference fixture of §7.1: tiny GPT-2 (all dropouts 0, LayerNorm),
-LoRA r = 4, α = 8, dropout 0, moved off the reference by N(0, 0.02²), and `Replay` rollouts.
+LoRA r = 4, α = 8, dropout 0, moved off the reference by N(0, 0.02²), and `Replay` rollouts of the addition task.
+`reference_setup(seed, trainer_cls)` builds a trainer on it with its bindings; `run_suite(seed)` runs V1–V12 on
+it in float64 and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
 import random
 
 import torch
@@ -29,10 +32,6 @@ BINDING_NAMES = ("sample", "advantages", "prompt_loss", "token_logprobs", "recor
                  "gradient_record")
 
 
-def _unpack(item):
-    return (item, None) if isinstance(item, GradientRecord) else item
-
-
 def perturb_group(tokenizer, group: RolloutGroup, L_max: int) -> RolloutGroup:
     """V6 perturbation: flip every reward and replace completions by ones of different lengths."""
     G = group.G
@@ -42,16 +41,91 @@ def perturb_group(tokenizer, group: RolloutGroup, L_max: int) -> RolloutGroup:
     return RolloutGroup(new.token_ids, new.mask, rewards, new.texts)
 
 
-def bindings_for(trainer, *, items=None, perturb=None):
-    """The §8 bindings of `trainer` (a DPTrainer). `items`: (record, scored group) pairs or GradientRecords used
-    as fixtures; `perturb(item) -> item` defaults to `perturb_group` on the group."""
+def _m_for(q, n):
+    """The config's expected batch m = q·n (an int when q·n is integral), so that config.q = m/n reproduces q."""
+    m = q * n
+    return int(round(m)) if abs(m - round(m)) < 1e-12 * max(1.0, abs(m)) and round(m) >= 1 else m
+
+
+class _Replicas:
+    """Trainers of the same class as `base`, sharing its model, tokenizer, verifier, arm, rollout backend and
+    randomness, with a config varied by `DPGRPOConfig.replace` (cached per change set). So a check that varies
+    C, σ, q, n or the chunk size runs the production methods of `type(base)`, never a copy of the math."""
+
+    def __init__(self, base):
+        self.base = base
+        self._cache = {}
+
+    def __call__(self, **changes):
+        from mechanisms.dpgrpo.records import SlotUniverse
+
+        key = tuple(sorted(changes.items()))
+        tr = self._cache.get(key)
+        if tr is not None:
+            return tr
+        base = self.base
+        cfg = base.config
+        if not changes:
+            return base
+        C = changes.get("C", cfg.C)
+        if C == math.inf:  # C = ∞ exists only without noise (non-private check configuration)
+            changes.setdefault("sigma", 0.0)
+        sigma = changes.get("sigma", cfg.sigma)
+        if sigma == 0 or C == math.inf:
+            changes.setdefault("check_mode", True)
+        new_cfg = cfg.replace(**changes)
+        universe = base.universe if new_cfg.n == cfg.n else SlotUniverse(
+            new_cfg.n, torch.zeros(new_cfg.n, dtype=torch.bool), [None] * new_cfg.n)
+        tr = type(base)(base.model, base.tokenizer, universe, new_cfg, base.verifier, record_gradient=base.arm,
+                        rollout_backend=base.rollout_backend, randomness=base.randomness)
+        self._cache[key] = tr
+        return tr
+
+
+class RandomnessHandle:
+    """What V11's `make_randomness` returns: a fresh trainer of the same class with its own `Randomness`;
+    `sample_coins(n, q)` and `privatize(S, *, sigma, C, q, n)` are that trainer's production methods."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self._replicas = _Replicas(trainer)
+
+    @property
+    def privacy_release(self) -> bool:
+        return self.trainer.privacy_release
+
+    def sample_coins(self, n, q):
+        return self._replicas(n=n, m=_m_for(q, n)).sample_coins()
+
+    def privatize(self, S, *, sigma, C, q, n):
+        return self._replicas(sigma=sigma, C=C, n=n, m=_m_for(q, n)).privatize(S)
+
+
+def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_items=None, chunk_item=None,
+                 update_items=None):
+    """The §8 bindings of `trainer` (a DPTrainer or subclass) as a `privcheck.checks.dpsgd.SuiteBindings`.
+
+    Fixtures: `items` — (record, scored group) pairs or GradientRecords (V3 base, V6, V7 others); `additions`
+    (V3), `constant_items` ((all-correct, all-wrong) versions of one record, V7), `chunk_item` (G = 8, V8),
+    `update_items` ((record, group) pairs for V4; default: the record items of `items`). `perturb(item) -> item`
+    defaults to `perturb_group` on the group.
+
+    Every callable goes through the trainer's own entry points; where a check varies C, σ, q, n or the chunk
+    size, a trainer of the same class with `config.replace(...)` is built (shared model, arm, randomness).
+    `flat_update` (V4) is the one independent path: the flat GRPO loss written from eqs. (2) and (7)."""
     from privcheck import accounting
+    from privcheck.checks.dpsgd import SuiteBindings
 
     cfg = trainer.config
     arm = trainer.arm
+    replica = _Replicas(trainer)
+    items = list(items) if items is not None else None
+
+    def _item(x):
+        return trainer._unpack(x)
 
     def sample(n, q):
-        return core.poisson_coins(n, q, trainer.randomness.coins)
+        return replica(n=n, m=_m_for(q, n)).sample_coins()
 
     def advantages(rewards):
         fn = getattr(arm, "advantages", None)
@@ -61,82 +135,162 @@ def bindings_for(trainer, *, items=None, perturb=None):
         return core.prompt_loss(logp, ref_logp, mask, adv, beta, rollout_slice)
 
     def record_gradient(item):
-        return trainer.record_gradient(*_unpack(item))
+        return trainer.record_gradient(*_item(item))
 
-    def record_loss_and_grad(item, chunk_size=None):
-        rec, group = _unpack(item)
-        return trainer.record_loss_and_grad(rec, group, chunk_size)
+    def record_loss_and_grad(item, chunk_size=None, C=None):
+        rec, group = _item(item)
+        loss, grad = trainer.record_loss_and_grad(rec, group, chunk_size)
+        if C is None:
+            return loss, grad
+        clipped = replica(C=C, chunk_size=chunk_size).contributions([item])[0]
+        return loss, grad, clipped
 
+    def clipped_sum(batch, C=None):
+        return (trainer if C is None else replica(C=C)).clipped_sum(list(batch))
+
+    def privatize(S, *, sigma, C, q, n):
+        return replica(sigma=sigma, C=C, n=n, m=_m_for(q, n)).privatize(S)
+
+    def noisy_update(batch, *, sigma, C, q, n):
+        return replica(sigma=sigma, C=C, n=n, m=_m_for(q, n)).noisy_update(list(batch))
+
+    def clip(v, C):
+        return (replica(C=C) if C != cfg.C else trainer).clip(v)
+
+    def make_randomness_(seed=None, release=False):
+        from mechanisms.dpgrpo.records import SlotUniverse
+
+        R = make_randomness(seed=seed) if (release or seed is None) else make_randomness("seeded", seed=seed)
+        mode = "os_entropy" if R.privacy_release else int(seed)
+        new_cfg = cfg.replace(randomness=mode)
+        tr = type(trainer)(trainer.model, trainer.tokenizer,
+                           SlotUniverse(new_cfg.n, torch.zeros(new_cfg.n, dtype=torch.bool), [None] * new_cfg.n),
+                           new_cfg, trainer.verifier, record_gradient=arm, rollout_backend=trainer.rollout_backend,
+                           randomness=R)
+        return RandomnessHandle(tr)
+
+    # ---------------------------------------------------------------- V4
     def _load(params):
         with torch.no_grad():
             off = 0
             for p, k in zip(trainer.space.params, trainer.space.numels):
                 p.copy_(params[off:off + k].reshape(p.shape).to(p.dtype))
                 off += k
+            for p in trainer.space.params:
+                p.grad = None
 
     def _flat_params():
         return torch.cat([p.detach().reshape(-1).clone() for p in trainer.space.params])
 
-    def private_update(params, batch=None):
-        """One trainer update from `params` on `batch` (default: the fixture items); returns the new params.
-        V4 requires the trainer to be configured with q = 1, σ = 0, C = ∞ and plain SGD."""
-        _load(params)
-        trainer.apply_update(trainer.noisy_update(list(batch if batch is not None else items or [])))
-        return _flat_params()
+    initial = _flat_params()
+    upd = [x for x in (update_items if update_items is not None else (items or []))
+           if not isinstance(x, GradientRecord)]
+    upd = [_item(x) for x in upd]
+    v4_trainer = None
+    if upd:
+        from mechanisms.dpgrpo.records import SlotUniverse
+        from mechanisms.dpgrpo.rollouts import Replay
 
-    def flat_update(params, batch=None):
-        """Non-private reference: (1/(n·G))·Σ_i Σ_g token-mean loss with ONE backward, same SGD step."""
+        n4 = len(upd)
+        v4_cfg = cfg.replace(n=n4, m=n4, sigma=0.0, C=math.inf, check_mode=True, optimizer="sgd",
+                             randomness=cfg.randomness)
+        v4_trainer = type(trainer)(trainer.model, trainer.tokenizer,
+                                   SlotUniverse(n4, torch.ones(n4, dtype=torch.bool), [r for r, _ in upd]),
+                                   v4_cfg, trainer.verifier, record_gradient=arm,
+                                   rollout_backend=Replay([(r, g) for r, g in upd]), randomness=trainer.randomness)
+
+    def private_update(params):
+        """One production round (`step()`: coins, Replay rollouts, verifier, clip, sum, privatize, SGD step) of
+        a trainer with q = 1, σ = 0, C = ∞ and plain SGD, from `params`; the model is restored afterwards."""
+        if v4_trainer is None:
+            raise InvalidParameter("items", None, "at least one (record, group) item for V4")
         _load(params)
-        batch = list(batch if batch is not None else items or [])
-        trainer.space.zero_grad()
-        total = None
-        for rec, group in (_unpack(x) for x in batch):
-            prompt = trainer.ctx.prompt_ids(rec)
-            ids, mask = group.token_ids.to(trainer.device), group.mask.to(trainer.device)
-            with torch.no_grad(), trainer.ctx.reference():
-                ref = token_logprobs(trainer.model, prompt, ids)
-            logp = token_logprobs(trainer.model, prompt, ids)
-            adv = advantages(group.rewards)
-            part = core.prompt_loss(logp, ref, mask, adv, cfg.beta) * group.G  # Σ_g token-mean losses
-            total = part if total is None else total + part
-        G = batch[0][1].G if batch else cfg.G
-        if total is not None:
-            (total / (cfg.n * G)).backward()
-        with torch.no_grad():
-            for p in trainer.space.params:
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-cfg.lr)
-        trainer.space.zero_grad()
-        return _flat_params()
+        try:
+            v4_trainer.step()
+            return _flat_params()
+        finally:
+            _load(initial)
+
+    def flat_update(params):
+        """Independent non-private reference: one SGD step (lr of the config) on
+        (1/(n·G))·Σ_i Σ_g (1/L_g)·Σ_k m·[−(ρ·A_g − β·K)] with ONE backward; log-probabilities from the full
+        logits, A from eq. (2), K the k3 estimator, rewards from the verifier on the completion texts."""
+        if not upd:
+            raise InvalidParameter("items", None, "at least one (record, group) item for V4")
+        _load(params)
+        model, tok = trainer.model, trainer.tokenizer
+        n = len(upd)
+        try:
+            total = 0.0
+            for rec, group in upd:
+                texts = group.texts if group.texts is not None else [tok.decode(r) for r in group.token_ids.tolist()]
+                r = torch.tensor([float(trainer.verifier(rec, t)) for t in texts], dtype=torch.float64)
+                G = r.numel()
+                mu = r.mean()
+                s = torch.sqrt(((r - mu) ** 2).sum() / (G - 1))
+                A = torch.zeros(G, dtype=torch.float64) if bool((r == r[0]).all()) else (r - mu) / (s + cfg.c)
+                prompt = torch.tensor(list(tok.encode(rec.prompt))[-cfg.max_prompt_len:], dtype=torch.long)
+                comp = group.token_ids
+                P, L = prompt.numel(), comp.shape[1]
+                ids = torch.cat([prompt[None, :].expand(G, P), comp], dim=1)
+
+                def logps():
+                    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, P - 1:P - 1 + L]
+                    return torch.log_softmax(logits.to(torch.float64), -1).gather(-1, comp[..., None]).squeeze(-1)
+
+                with torch.no_grad(), model.disable_adapter():
+                    ref = logps()
+                u = logps()
+                d = ref - u
+                per_token = -(torch.exp(u - u.detach()) * A[:, None] - cfg.beta * (torch.exp(d) - d - 1))
+                m = group.mask.to(torch.float64)
+                total = total + ((per_token * m).sum(1) / m.sum(1)).sum() / (n * G)
+            total.backward()
+            with torch.no_grad():
+                for p in trainer.space.params:
+                    if p.grad is not None:
+                        p.sub_(cfg.lr * p.grad)
+            return _flat_params()
+        finally:
+            _load(initial)
+
+    def reference_record_gradient(item):
+        """The production record gradient with LoRA at the reference (every lora_B = 0, so π_θ = π_ref)."""
+        saved = _flat_params()
+        try:
+            with torch.no_grad():
+                for name, p in zip(trainer.space.names, trainer.space.params):
+                    if "lora_B" in name:
+                        p.zero_()
+            return trainer.record_gradient(*_item(item))
+        finally:
+            _load(saved)
 
     def default_perturb(item):
-        rec, group = _unpack(item)
+        rec, group = _item(item)
         if group is None:
             return item
         return (rec, perturb_group(trainer.tokenizer, group, cfg.L_max))
 
-    bindings = {
-        "sample": sample, "advantages": advantages, "prompt_loss": prompt_loss, "token_logprobs": token_logprobs,
-        "record_gradient": record_gradient, "record_loss_and_grad": record_loss_and_grad,
-        "contributions": trainer.contributions, "clipped_sum": trainer.clipped_sum, "privatize": trainer.privatize,
-        "noisy_update": trainer.noisy_update, "private_update": private_update, "flat_update": flat_update,
-        "clip": lambda v, C: core.clip_flat(v, C, nonprivate=trainer.nonprivate),
-        "make_randomness": make_randomness, "epsilon_pld": accounting.epsilon_pld,
-        "epsilon_rdp": accounting.epsilon_rdp, "calibrate_sigma": accounting.calibrate_sigma,
-        "items": list(items) if items is not None else None,
-        "perturb": perturb if perturb is not None else default_perturb,
-        "gradient_record": GradientRecord,
-    }
-    try:
-        from privcheck.checks.dpsgd import SuiteBindings  # written separately; adapt when present
-    except ImportError:
-        return bindings
-    names = {f.name for f in dataclasses.fields(SuiteBindings)}
-    extra = {"make_gradient_record": GradientRecord, "model": trainer.model, "C": cfg.C, "q": cfg.q, "n": cfg.n,
-             "sigma": cfg.sigma, "dim": trainer.space.dim, "G": cfg.G, "beta": cfg.beta,
-             "target": "mechanisms.dpgrpo.DPTrainer"}
-    merged = {**bindings, **extra}
-    return SuiteBindings(**{k: v for k, v in merged.items() if k in names})
+    logprob_cases = None
+    if items:
+        logprob_cases = [(trainer.ctx.prompt_ids(r), g.token_ids) for r, g in
+                         (_item(x) for x in items[:3]) if g is not None]
+
+    return SuiteBindings(
+        sample=sample, advantages=advantages, prompt_loss=prompt_loss, token_logprobs=token_logprobs,
+        record_gradient=record_gradient, record_loss_and_grad=record_loss_and_grad,
+        contributions=trainer.contributions, clipped_sum=clipped_sum, privatize=privatize,
+        noisy_update=noisy_update, private_update=private_update, flat_update=flat_update, clip=clip,
+        make_randomness=make_randomness_, epsilon_pld=accounting.epsilon_pld, epsilon_rdp=accounting.epsilon_rdp,
+        calibrate_sigma=accounting.calibrate_sigma,
+        items=items, additions=list(additions) if additions is not None else None,
+        make_gradient_record=GradientRecord, perturb=perturb if perturb is not None else default_perturb,
+        constant_items=list(constant_items) if constant_items is not None else None,
+        reference_record_gradient=reference_record_gradient, chunk_item=chunk_item,
+        initial_params=initial if upd else None, model=trainer.model, logprob_cases=logprob_cases,
+        C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=trainer.space.dim, G=cfg.G, beta=cfg.beta,
+        target=f"{type(trainer).__module__}.{type(trainer).__qualname__}")
 
 
 # ------------------------------------------------------------------------------- reference fixture
@@ -172,7 +326,108 @@ def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
         raise InvalidParameter("n_records", n_records, "an integer >= 1")
     tok = CharTokenizer()
     model = build_tiny_policy(seed, torch.float64, r=4, alpha=8, lora_dropout=0.0, tokenizer=tok)
+    # GPT2Config carries summary_first_dropout = 0.1 (used only by sequence-summary heads, not by the LM head);
+    # §7.1 requires every dropout probability to be 0, and the checks' dropout guard reads the config.
+    base_cfg = getattr(model, "config", None)
+    if base_cfg is not None and getattr(base_cfg, "summary_first_dropout", 0) != 0:
+        base_cfg.summary_first_dropout = 0.0
     perturb_lora_(model, lora_std, seed + 7)
     records = addition_records(n_records, seed)
     groups = replay_groups(tok, records, G, L_max, seed + 11)
     return model, tok, records, Replay(list(zip(records, groups)))
+
+
+# ------------------------------------------------------------------------------- reference setup and suite
+
+REFERENCE = {"n_base": 5, "n_additions": 8, "G": 4, "L_max": 6, "n": 16, "m": 4, "T": 100, "sigma": 1.0,
+             "C": 1.0, "lr": 0.05}
+
+
+def _with_variance(tokenizer, rec, group, L_max):
+    """Replace one completion so that the group's rewards are not constant (keeps V6/V3 items informative)."""
+    texts = list(group.texts)
+    if all(t == rec.answer for t in texts):
+        texts[-1] = str((int(rec.answer) + 1) % 100)
+    elif not any(t == rec.answer for t in texts):
+        texts[0] = rec.answer
+    else:
+        return group
+    return make_group(tokenizer, texts, L_max, eos=[True] * len(texts))
+
+
+def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_overrides):
+    """(trainer, bindings) on the float64 reference fixture: a `trainer_cls` (default `DPTrainer`) over the
+    fixture's records with Replay rollouts, seeded randomness, and the §8 bindings with items scored by the
+    trainer's own verifier step. `fixture` (from `reference_fixture`) can be shared between calls."""
+    from mechanisms.dpgrpo.config import DPGRPOConfig
+    from mechanisms.dpgrpo.records import SlotUniverse
+    from mechanisms.dpgrpo.rollouts import Replay
+    from mechanisms.dpgrpo.tasks import reward
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    trainer_cls = DPTrainer if trainer_cls is None else trainer_cls
+    R = REFERENCE
+    n_rec = R["n_base"] + R["n_additions"] + 1
+    if fixture is None:
+        fixture = reference_fixture(n_records=n_rec, G=R["G"], L_max=R["L_max"], seed=seed)
+    model, tok, records, replay = fixture
+    records = list(records)
+    groups = [_with_variance(tok, r, replay.group_for(r), R["L_max"]) for r in records]
+    chunk_rec = records[-1]
+    chunk_group = _with_variance(tok, chunk_rec, replay_groups(tok, [chunk_rec], 8, R["L_max"], seed + 13)[0],
+                                 R["L_max"])
+    n = R["n"]
+    universe_records = (records + records)[:n]
+    cfg_kwargs = dict(n=n, m=R["m"], T=R["T"], sigma=R["sigma"], C=R["C"], G=R["G"], L_max=R["L_max"],
+                      optimizer="sgd", lr=R["lr"], randomness=seed, rollout_mode="replay", precision="float64")
+    cfg_kwargs.update(config_overrides)
+    config = DPGRPOConfig(**cfg_kwargs)
+    trainer = trainer_cls(model, tok, SlotUniverse(n, torch.ones(n, dtype=torch.bool), universe_records), config,
+                          reward, rollout_backend=Replay(list(zip(records, groups))))
+    scored = trainer.score(records + [chunk_rec], groups + [chunk_group])  # line 5 of the trainer itself
+    pairs = list(zip(records + [chunk_rec], scored))
+    base = pairs[:R["n_base"]]
+    additions = pairs[R["n_base"]:R["n_base"] + R["n_additions"]]
+    const_rec, const_group = pairs[R["n_base"] + R["n_additions"]]
+    G = const_group.G
+    constant = [(const_rec, RolloutGroup(const_group.token_ids, const_group.mask,
+                                         torch.full((G,), v, dtype=torch.int64), const_group.texts)) for v in (1, 0)]
+    bindings = bindings_for(trainer, items=base, additions=additions, constant_items=constant,
+                            chunk_item=pairs[-1], update_items=base[:4])
+    return trainer, bindings
+
+
+def fixture_claim(config):
+    """The privacy claim of the fixture's (q, σ, T, δ), ε from `privcheck.accounting.epsilon_pld`."""
+    from privcheck.accounting import epsilon_pld
+    from privcheck.artifacts.records import Claim
+
+    rec = epsilon_pld(config.q, config.sigma, config.T, config.delta)
+    return Claim(mechanism="dpgrpo (Poisson-subsampled Gaussian, add/remove one prompt group)",
+                 epsilon=float(rec.value), delta=config.delta, neighboring="add_remove",
+                 assumptions=("A1 Poisson sampling with public q", "A2 record isolation",
+                              "A3 fresh hidden randomness", "reference fixture configuration (seeded, not a release)"),
+                 parameters={"q": config.q, "sigma": config.sigma, "T": config.T, "delta": config.delta,
+                             "C": config.C, "n": config.n},
+                 accountant="privcheck.accounting.epsilon_pld (PLD, dp-accounting)")
+
+
+def run_suite(seed: int | None = None):
+    """Build the float64 reference fixture (seed 0 by default), bind the production `DPTrainer`, run V1–V12
+    (`privcheck.checks.dpsgd.run_suite`, precision float64) and return a `SuiteResult` named "dpgrpo"."""
+    from privcheck.artifacts.records import SuiteResult
+    from privcheck.checks.dpsgd import run_suite as run_checks
+
+    seed = 0 if seed is None else seed
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        trainer, bindings = reference_setup(seed)
+        checks = run_checks(bindings, precision="float64")
+        claims = [fixture_claim(trainer.config)]
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    return SuiteResult(name="dpgrpo", checks=checks, claims=claims, randomness="seeded")

@@ -346,7 +346,11 @@ def test_bindings_expose_trainer_callables(fx):
         assert set(b) == set(BINDING_NAMES)
     else:
         assert b.make_gradient_record is GradientRecord and b.n == N_REC and b.C == 0.3 and b.model is fx[0]
-    assert get("contributions") == tr.contributions and get("privatize") == tr.privatize
+    assert get("contributions") == tr.contributions
+    S = torch.linspace(-1.0, 1.0, flat(fx[0]).numel(), dtype=torch.float64)
+    c = tr.config                           # with σ = 0 the bound privatize is exactly S/(q·n) (public divisor)
+    out = get("privatize")(S, sigma=0.0, C=c.C, q=c.q, n=c.n)
+    assert torch.equal(out, S / (c.q * c.n))
     assert get("sample")(256, 0.5).dtype == torch.bool
     rewards = torch.tensor([1, 0, 0, 1])
     torch.testing.assert_close(get("advantages")(rewards), core.group_advantages(rewards))
