@@ -34,8 +34,8 @@ One round (line numbers of Algorithm 1; functions of `mechanisms.dpgrpo.core`):
 Modules: `core` (pure tensor functions), `records` (Record, SlotUniverse, RolloutGroup, GradientRecord),
 `tasks` (addition task, verifier, character tokenizer), `models` (tiny GPT-2 + LoRA builders), `config`
 (DPGRPOConfig), `randomness`, `rollouts` (isolated, replay), `record_grads` (arms), `trainer` (DPTrainer),
-`verify` (bindings for the checks V1–V12). Presets, end-to-end runs, artifacts and canary hooks: not built yet
-(docs/dpgrpo.md lists the status).
+`verify` (bindings for the checks V1–V12), `audit_hooks` (canary slots' reserved-coordinate log). Presets,
+end-to-end runs and the run artifact: not built yet (docs/dpgrpo.md lists the status).
 """
 
 from mechanisms.dpgrpo.core import (ParamSpace, clip_flat, completion_mask, flatten_grads, group_advantages,

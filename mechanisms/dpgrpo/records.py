@@ -7,6 +7,8 @@ one prompt's G completions; `GradientRecord` is a record whose gradient is a fix
 
 from __future__ import annotations
 
+import math
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +58,8 @@ class SlotUniverse:
 
     An absent slot's entry is never read and may be anything (None, a Record, a GradientRecord). A present
     slot must hold a Record or GradientRecord. Only `batch` (Algorithm 1, line 3) reads `present`.
+    `append_canaries` returns a new universe with m_c canary slots after the real ones (spec §11); then
+    `n` = n_real + n_canary is the slot count of line 2, and `n_real` is the config's public n.
     """
 
     def __init__(self, n, present, records: Sequence):
@@ -70,10 +74,61 @@ class SlotUniverse:
                 raise InvalidParameter(f"records[{i}]", type(rec).__name__, "a Record or GradientRecord (slot present)")
         self._present = present
         self._records = tuple(records)
+        self._n_real = self._n
+        self._n_canary = 0
+        self._commitment: str | None = None
 
     @property
     def n(self) -> int:
+        """Total slot count (n_real + n_canary): the length of `present`, and of the coins of line 2."""
         return self._n
+
+    @property
+    def n_real(self) -> int:
+        """The public count of real slots (the config's n); real slots are 0..n_real−1."""
+        return self._n_real
+
+    @property
+    def n_canary(self) -> int:
+        """The public count m_c of canary slots, appended after the real ones (n_real..n−1); 0 without canaries."""
+        return self._n_canary
+
+    @property
+    def canary_commitment(self) -> str | None:
+        """The auditor's `sha256:<hex>` commitment to the canary presence bits, verbatim (None without canaries)."""
+        return self._commitment
+
+    def is_canary(self, i: int) -> bool:
+        """Whether slot i (0-based) is a canary slot (a public fact: slot index >= n_real)."""
+        return i >= self._n_real
+
+    def append_canaries(self, canaries: Sequence, presence, commitment: str) -> "SlotUniverse":
+        """A NEW universe with m_c = len(canaries) canary slots appended after the n real ones (spec §11).
+
+        `canaries`: Records (input-space canaries) or GradientRecords (gradient canaries). `presence`: the
+        auditor's BoolTensor[m_c] (drawn by the auditor, never by the trainer), read like any presence bit.
+        `commitment`: the auditor's `"sha256:<64 hex>"` string, stored verbatim. Real slots, their records
+        and their order are unchanged; this universe is not modified. A universe gets canaries once.
+        """
+        if self._n_canary:
+            raise InvalidParameter("canaries", self._n_canary, "a universe without canaries (append once)")
+        if isinstance(canaries, (str, bytes)) or not isinstance(canaries, Sequence) or len(canaries) < 1:
+            raise InvalidParameter("canaries", type(canaries).__name__, "a non-empty sequence of canary records")
+        m_c = len(canaries)
+        for k, rec in enumerate(canaries):
+            if not isinstance(rec, (Record, GradientRecord)):
+                raise InvalidParameter(f"canaries[{k}]", type(rec).__name__, "a Record or GradientRecord")
+        if not isinstance(presence, torch.Tensor) or presence.dtype != torch.bool or tuple(presence.shape) != (m_c,):
+            raise InvalidParameter("presence", getattr(presence, "shape", presence),
+                                   f"a BoolTensor of shape ({m_c},) (one bit per canary)")
+        if not isinstance(commitment, str) or _COMMITMENT.fullmatch(commitment) is None:
+            raise InvalidParameter("commitment", commitment, "a string 'sha256:<64 lowercase hex digits>'")
+        out = SlotUniverse(self._n + m_c, torch.cat([self._present, presence.detach().cpu()]),
+                           list(self._records) + list(canaries))
+        out._n_real = self._n
+        out._n_canary = m_c
+        out._commitment = commitment
+        return out
 
     def batch(self, coins) -> list[int]:
         """Algorithm 1, line 3: B_t = {i : c_{t,i} = 1 and b_i = 1}, as sorted 0-based slot indices."""
@@ -84,6 +139,37 @@ class SlotUniverse:
     def record(self, i: int):
         """The record in slot i (0-based); call only for i in a batch."""
         return self._records[i]
+
+
+_COMMITMENT = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def dirac_canary(j, C, dim, dtype=torch.float64) -> GradientRecord:
+    """The Dirac gradient canary C·e_j (spec §11): C on reserved coordinate j of a `dim`-vector, 0 elsewhere."""
+    dim = val.count("dim", dim)
+    j = val.count("j", j, minimum=0)
+    if j >= dim:
+        raise InvalidParameter("j", j, f"a coordinate in [0, {dim})")
+    C = val.positive("C", C)
+    v = torch.zeros(dim, dtype=dtype)
+    v[j] = C
+    return GradientRecord(v)
+
+
+def random_direction_canary(C, dim, generator: torch.Generator, dtype=torch.float64) -> GradientRecord:
+    """The gradient canary C·u for u uniform on the unit sphere of R^dim (normalised Gaussian drawn with the
+    auditor's `generator`, never a trainer generator)."""
+    dim = val.count("dim", dim)
+    C = val.positive("C", C)
+    if not isinstance(generator, torch.Generator):
+        raise InvalidParameter("generator", generator, "a torch.Generator (the auditor's)")
+    g = torch.randn(dim, dtype=torch.float64, generator=generator)
+    norm = float(torch.linalg.vector_norm(g))
+    if not math.isfinite(norm) or norm == 0:  # probability zero; fixed fallback keeps the map total
+        g = torch.zeros(dim, dtype=torch.float64)
+        g[0] = 1.0
+        norm = 1.0
+    return GradientRecord((g / norm * C).to(dtype))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@
     record_gradient(rec, grp) line 6  the arm's RecordGradient (flat, unclipped)
     contributions(items)      line 7  clip_flat once per record, after all chunks
     clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
-    privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·n), noise generator
+    privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
     apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
     noisy_update(items)       privatize(clipped_sum(items))
 
@@ -17,6 +17,11 @@ Public telemetry (per step) holds only functions of ĝ_t, θ and public inputs. 
 rewards, verifier failures, pre-clip norms, clip fraction, non-finite counts, losses) is kept in memory in
 `private_telemetry` and is never part of public output. The trainer never computes ε: `privacy_claim` reports
 (q, σ, T, δ) and, when the config was calibrated, the accountant's ε from the calibration record.
+
+Canaries (spec §11): a universe from `SlotUniverse.append_canaries` has n = config.n real slots followed by
+m_c canary slots. Coins are drawn for all n + m_c slots, the public divisor is q·(n + m_c) (from n and m_c,
+never from presence bits), (q, σ, T) and ε are unchanged, and `privacy_claim` reports n, n_canary and the
+auditor's commitment verbatim. `audit_hooks` (an `AuditHooks`) writes the auditor's private log each round.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 from privcheck.errors import InvalidParameter, PrivcheckError
 
 from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo.audit_hooks import AuditHooks
 from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import Randomness
 from mechanisms.dpgrpo.record_grads import StepContext, from_name
@@ -64,13 +70,15 @@ def _reward_value(r) -> int | None:
 class DPTrainer:
     def __init__(self, model, tokenizer, universe: SlotUniverse, config: DPGRPOConfig, verifier,
                  record_gradient=None, rollout_backend=None, randomness: Randomness | None = None, *,
-                 public_examples=DEFAULT_PUBLIC_EXAMPLES):
+                 public_examples=DEFAULT_PUBLIC_EXAMPLES, audit_hooks: AuditHooks | None = None):
         if not isinstance(config, DPGRPOConfig):
             raise InvalidParameter("config", type(config).__name__, "a DPGRPOConfig")
         if not isinstance(universe, SlotUniverse):
             raise InvalidParameter("universe", type(universe).__name__, "a SlotUniverse")
-        if universe.n != config.n:
-            raise InvalidParameter("universe.n", universe.n, f"the config's public n = {config.n}")
+        if universe.n_real != config.n:
+            raise InvalidParameter("universe.n", universe.n_real, f"the config's public n = {config.n}")
+        if audit_hooks is not None and not isinstance(audit_hooks, AuditHooks):
+            raise InvalidParameter("audit_hooks", type(audit_hooks).__name__, "None or an AuditHooks")
         if not callable(verifier):
             raise InvalidParameter("verifier", verifier, "a callable (record, completion) -> {0, 1}")
         self.config = config
@@ -84,6 +92,15 @@ class DPTrainer:
         if bad:
             raise InvalidParameter("model", bad[:3], "a model whose only trainable tensors are LoRA tensors")
         self.device = self.space.params[0].device
+        for i in range(universe.n_real, universe.n):  # canary content is the auditor's, not private data
+            rec = universe.record(i)
+            if isinstance(rec, GradientRecord) and rec.v.numel() != self.space.dim:
+                raise InvalidParameter(f"canaries[{i - universe.n_real}]", rec.v.numel(),
+                                       f"a GradientRecord with {self.space.dim} entries (the ParamSpace dimension)")
+        if audit_hooks is not None:
+            audit_hooks.bind(self.space.dim)
+        self.audit_hooks = audit_hooks
+        self._round_slots: list[int] | None = None
         if randomness is None:
             randomness = Randomness.from_mode(config.randomness, self.device)
         elif not isinstance(randomness, Randomness):
@@ -131,6 +148,16 @@ class DPTrainer:
         return out
 
     @property
+    def n_slots(self) -> int:
+        """n + m_c: the public number of slots (real and canary) that get coins every round."""
+        return self.config.n + self.universe.n_canary
+
+    @property
+    def divisor(self) -> float:
+        """The public divisor q·(n + m_c) of line 8 (q·n without canaries); never from presence bits."""
+        return self.config.q * self.n_slots
+
+    @property
     def privacy_claim(self) -> dict | None:
         """None for the non-private arm; else (q, σ, T, δ) and the accountant's ε if the config was calibrated."""
         if self.nonprivate:
@@ -139,6 +166,8 @@ class DPTrainer:
         cal = cfg.calibration
         return {"unit": "prompt_group", "neighboring": "add_remove", "n": cfg.n, "q": cfg.q, "sigma": cfg.sigma,
                 "T": cfg.T, "delta": cfg.delta, "C": cfg.C,
+                "n_canary": self.universe.n_canary, "canary_commitment": self.universe.canary_commitment,
+                "divisor": self.divisor,
                 "epsilon": None if cal is None else cal.get("epsilon"),
                 "accountant": None if cal is None else "privcheck.accounting.calibrate_sigma (PLD)"}
 
@@ -162,11 +191,11 @@ class DPTrainer:
 
     def _new_scratch(self) -> dict:
         return {"verifier_failures": 0, "rewards": [], "pre_clip_norms": [], "clipped": 0, "nonfinite": 0,
-                "records": []}
+                "records": [], "canary_pre_clip_norms": {}, "cross_talk": None}
 
     def sample_coins(self) -> torch.Tensor:
-        """Line 2: Bernoulli(q) coins for all n slots from the coins generator."""
-        return core.poisson_coins(self.config.n, self.config.q, self.randomness.coins)
+        """Line 2: Bernoulli(q) coins for all n + m_c slots (canary slots included) from the coins generator."""
+        return core.poisson_coins(self.n_slots, self.config.q, self.randomness.coins)
 
     def rollouts(self, model, records, policy) -> list:
         """Line 4: one RolloutGroup per record (None for GradientRecords or when policy is "none")."""
@@ -221,17 +250,38 @@ class DPTrainer:
     def clip(self, v) -> torch.Tensor:
         return core.clip_flat(v, self.config.C, nonprivate=self.nonprivate)
 
-    def contributions(self, items) -> list[torch.Tensor]:
-        """Lines 6–7: ḡ_i = clip_C(g_i), one clip per record over the whole flat vector."""
+    def contributions(self, items, *, slots=None) -> list[torch.Tensor]:
+        """Lines 6–7: ḡ_i = clip_C(g_i), one clip per record over the whole flat vector.
+
+        `slots` (0-based slot indices of the items; `step` supplies them) tells canary items from real ones;
+        without it every item counts as a real record. With `mask_reserved_for_real_records`, real records'
+        gradients are zeroed on the reserved coordinates before clipping; canaries are never masked."""
+        items = list(items)
+        if slots is None and self._round_slots is not None and len(self._round_slots) == len(items):
+            slots = self._round_slots
+        if slots is not None and len(slots) != len(items):
+            raise InvalidParameter("slots", len(slots), f"one slot index per item ({len(items)})")
+        hooks = self.audit_hooks
         out = []
-        for item in items:
+        for k, item in enumerate(items):
+            canary = slots is not None and self.universe.is_canary(slots[k])
             g = self.record_gradient(*self._unpack(item))
+            if hooks is not None and hooks.mask_reserved_for_real_records and not canary:
+                g = hooks.mask(g)
             with torch.no_grad():
                 norm = float(torch.linalg.vector_norm(g.detach().double()))
             self._scratch["pre_clip_norms"].append(norm)
             self._scratch["nonfinite"] += int(not math.isfinite(norm))
             self._scratch["clipped"] += int(math.isfinite(norm) and norm > self.config.C)
-            out.append(self.clip(g))
+            clipped = self.clip(g)
+            if hooks is not None:  # auditor-only diagnostics (private log), never used by the statistic
+                if canary:
+                    self._scratch["canary_pre_clip_norms"][slots[k] - self.universe.n_real] = norm
+                else:
+                    ct = hooks.reserved_values(clipped)
+                    prev = self._scratch["cross_talk"]
+                    self._scratch["cross_talk"] = ct if prev is None else [a + b for a, b in zip(prev, ct)]
+            out.append(clipped)
         return out
 
     def clipped_sum(self, items) -> torch.Tensor:
@@ -242,9 +292,10 @@ class DPTrainer:
         return S
 
     def privatize(self, S) -> torch.Tensor:
-        """Line 8: (S + N(0, σ²C²I)) / (q·n) with the noise generator; q·n is public."""
+        """Line 8: (S + N(0, σ²C²I)) / (q·(n + m_c)) with the noise generator; the divisor is public."""
         cfg = self.config
-        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, cfg.n, self.randomness.noise, nonprivate=self.nonprivate)
+        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, self.n_slots, self.randomness.noise,
+                              nonprivate=self.nonprivate)
 
     def noisy_update(self, items) -> torch.Tensor:
         return self.privatize(self.clipped_sum(items))
@@ -267,7 +318,13 @@ class DPTrainer:
         policy = getattr(self.arm, "rollout_policy", "current")
         groups = self.rollouts(self.model, records, policy)                     # line 4
         groups = self.score(records, groups)                                    # line 5
-        g_hat = self.noisy_update(list(zip(records, groups)))                   # lines 6–8
+        self._round_slots = batch
+        try:
+            g_hat = self.noisy_update(list(zip(records, groups)))               # lines 6–8
+        finally:
+            self._round_slots = None
+        if self.audit_hooks is not None:
+            self._audit_log(self.t + 1, g_hat, batch, groups)
         before = [p.detach().clone() for p in self.space.params]
         applied = self.apply_update(g_hat)                                      # line 9
         self.t += 1
@@ -289,6 +346,23 @@ class DPTrainer:
             "pre_clip_norms": norms, "clip_fraction": (sc["clipped"] / len(norms)) if norms else None,
             "nonfinite_records": sc["nonfinite"], "records": sc["records"]})
         return entry
+
+    def _audit_log(self, t, g_hat, batch, groups) -> None:
+        """The auditor's private log (spec §11): U_t[J] with σ·C, q·(n + m_c) and t; then diagnostics."""
+        cfg = self.config
+        sigma_C = 0.0 if cfg.sigma == 0 else cfg.sigma * cfg.C
+        self.audit_hooks.log_round(t, g_hat, sigma_C, self.divisor)
+        uni = self.universe
+        in_batch = set(batch)
+        canary_groups = [grp for i, grp in zip(batch, groups) if uni.is_canary(i)
+                         and grp is not None and grp.rewards is not None]
+        sc = self._scratch
+        self.audit_hooks.log_diagnostics(t, {
+            "canary_included": [int(uni.n_real + k in in_batch) for k in range(uni.n_canary)],
+            "canary_pre_clip_norms": {str(k): v for k, v in sorted(sc["canary_pre_clip_norms"].items())},
+            "canary_constant_group_fraction": (sum(len(set(g.rewards.tolist())) == 1 for g in canary_groups)
+                                               / len(canary_groups)) if canary_groups else None,
+            "cross_talk_reserved": sc["cross_talk"]})
 
     def train(self, T: int | None = None) -> list[dict]:
         """Run T rounds (default config.T; never more than the accounted config.T); tqdm bar on a TTY only."""
