@@ -88,7 +88,7 @@ def test_records_thresholds_and_encodings():
         if t == HALT_FALLBACK:
             assert res.indices[i] == FRESH_PI0 and not res.accepted[i]
         else:
-            assert 1 <= t <= 6 and res.indices[i] == t - 1 and res.accepted[i]
+            assert t in range(1, 7) and res.indices[i] == t - 1 and res.accepted[i]
     assert np.array_equal(res.epsilons, [r.value for r in res.records])
     assert not hasattr(res, "lambda_hat")                               # λ̂ is private: never returned
     assert res.randomness_mode == "seeded" and res.privacy_release is False
