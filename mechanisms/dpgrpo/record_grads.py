@@ -88,6 +88,14 @@ def _fixed(ctx: StepContext, record: GradientRecord) -> RecordGrad:
     return RecordGrad(v.clone(), {"kind": "gradient_record"})
 
 
+def _start_scored_record(ctx, group, chunk_size) -> None:
+    """Validate the chunking and the scored group, then zero the `.grad` buffers before this prompt."""
+    _check_chunk(chunk_size)
+    if group is None or group.rewards is None:
+        raise InvalidParameter("group", group, "a scored RolloutGroup (rewards filled by line 5)")
+    ctx.space.zero_grad()
+
+
 def _check_chunk(chunk_size):
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise InvalidParameter("chunk_size", chunk_size, "None or an integer >= 1")
@@ -106,10 +114,7 @@ class GRPOGradient:
     def __call__(self, ctx: StepContext, record, group: RolloutGroup | None, *, chunk_size=None) -> RecordGrad:
         if isinstance(record, GradientRecord):
             return _fixed(ctx, record)
-        _check_chunk(chunk_size)
-        if group is None or group.rewards is None:
-            raise InvalidParameter("group", group, "a scored RolloutGroup (rewards filled by line 5)")
-        ctx.space.zero_grad()
+        _start_scored_record(ctx, group, chunk_size)
         adv = self.advantages(group.rewards, ctx.c)
         prompt = ctx.prompt_ids(record)
         ids = group.token_ids.to(ctx.device)
@@ -191,10 +196,7 @@ class FilteredSFT:
     def __call__(self, ctx: StepContext, record, group: RolloutGroup | None, *, chunk_size=None) -> RecordGrad:
         if isinstance(record, GradientRecord):
             return _fixed(ctx, record)
-        _check_chunk(chunk_size)
-        if group is None or group.rewards is None:
-            raise InvalidParameter("group", group, "a scored RolloutGroup (rewards filled by line 5)")
-        ctx.space.zero_grad()
+        _start_scored_record(ctx, group, chunk_size)
         keep = (group.rewards.to(torch.float64) == 1).nonzero().flatten().tolist()
         loss = torch.zeros((), dtype=torch.float64)
         if keep:

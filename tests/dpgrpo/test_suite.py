@@ -61,32 +61,30 @@ class NoiseSigmaOnly(DPTrainer):
         return (S + z) / (cfg.q * cfg.n)
 
 
-class ClipPerChunk(DPTrainer):
+class _ClipPieces(DPTrainer):
+    """Clips pieces of a prompt's gradient (chunks of `piece_size` rollouts) and sums them."""
+
+    piece_size = None   # None: the configured chunk_size
+
+    def contributions(self, items):
+        out = []
+        for item in items:
+            rec, group = self._unpack(item)
+            if group is None:
+                out.append(self.clip(self.record_gradient(rec)))
+            else:
+                out.append(sum(self.clip(g) for g in _chunk_gradients(self, rec, group, self.piece_size)))
+        return out
+
+
+class ClipPerChunk(_ClipPieces):
     """Clips each rollout chunk (config.chunk_size) before accumulating."""
 
-    def contributions(self, items):
-        out = []
-        for item in items:
-            rec, group = self._unpack(item)
-            if group is None:
-                out.append(self.clip(self.record_gradient(rec)))
-            else:
-                out.append(sum(self.clip(g) for g in _chunk_gradients(self, rec, group, None)))
-        return out
 
-
-class PerCompletionClip(DPTrainer):
+class PerCompletionClip(_ClipPieces):
     """Each completion's gradient clipped to C, then summed."""
 
-    def contributions(self, items):
-        out = []
-        for item in items:
-            rec, group = self._unpack(item)
-            if group is None:
-                out.append(self.clip(self.record_gradient(rec)))
-            else:
-                out.append(sum(self.clip(g) for g in _chunk_gradients(self, rec, group, 1)))
-        return out
+    piece_size = 1
 
 
 class SkipConstantGroups(DPTrainer):
