@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
@@ -19,7 +19,9 @@ from privcheck.errors import InvalidParameter
 from mechanisms.dpgrpo.tasks import CharTokenizer
 
 LORA_TARGETS = ("attn.c_attn", "attn.c_proj")
+QWEN2_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _DTYPES = (torch.float32, torch.float64)
+_QWEN2_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _dtype(dtype) -> torch.dtype:
@@ -73,3 +75,38 @@ def perturb_lora_(model, std, seed) -> None:
     for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
         if "lora_" in name:
             p.add_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * std)
+
+
+def tiny_qwen2_config(tokenizer: CharTokenizer | None = None, max_positions: int = 64) -> Qwen2Config:
+    """Qwen2 config of spec §9.1: 2 layers, hidden 64, intermediate 128, 4 heads, 2 KV heads, tied embeddings,
+    attention dropout 0. RMSNorm computes in float32, so this model is for float32/bfloat16 runs, not the
+    float64 identity checks (those use the GPT-2 above)."""
+    tok = tokenizer or CharTokenizer()
+    return Qwen2Config(vocab_size=tok.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=val.count("max_positions", max_positions),
+                       tie_word_embeddings=True, attention_dropout=0.0, use_sliding_window=False,
+                       bos_token_id=tok.eos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                       attn_implementation="eager")
+
+
+def build_tiny_qwen2_policy(seed, dtype=torch.float32, *, r=4, alpha=8, lora_dropout=0.0,
+                            tokenizer: CharTokenizer | None = None, targets=QWEN2_LORA_TARGETS):
+    """Tiny Qwen2 base from `seed` (float32 or bfloat16) with LoRA (rank r, α, dropout) on the seven
+    projections; base weights frozen, eval mode. The global RNG state is left unchanged."""
+    seed = val.count("seed", seed, minimum=0)
+    if dtype not in _QWEN2_DTYPES:
+        raise InvalidParameter("dtype", dtype, "torch.float32 or torch.bfloat16")
+    r = val.count("r", r)
+    alpha = val.positive("alpha", alpha)
+    lora_dropout = val.nonnegative("lora_dropout", lora_dropout)
+    if lora_dropout >= 1:
+        raise InvalidParameter("lora_dropout", lora_dropout, "[0, 1)")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        base = Qwen2ForCausalLM(tiny_qwen2_config(tokenizer)).to(dtype).eval()
+        cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=lora_dropout, target_modules=list(targets),
+                         bias="none", init_lora_weights=True)
+        torch.manual_seed(seed + 1)
+        model = get_peft_model(base, cfg)
+    return model.eval()

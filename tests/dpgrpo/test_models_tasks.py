@@ -223,3 +223,21 @@ def test_rollout_group_and_gradient_record():
     gr = GradientRecord(v)
     v[0] = 5.0
     assert gr.v.tolist() == [1.0, 2.0]  # copied
+
+
+def test_tiny_qwen2_policy_shapes_match_spec():
+    """Spec §9.1: LoRA r=4 on the seven projections of a 2-layer hidden-64 Qwen2 → 8,192 trainable in 28 tensors
+    (2 layers × [q 64→64, k 64→32, v 64→32, o 64→64, gate 64→128, up 64→128, down 128→64] at rank 4)."""
+    import torch
+    from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
+    from privcheck.errors import InvalidParameter
+    model = build_tiny_qwen2_policy(0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    per_layer = 4 * ((64 + 64) + (64 + 32) + (64 + 32) + (64 + 64) + (64 + 128) + (64 + 128) + (128 + 64))
+    assert (len(trainable), sum(p.numel() for p in trainable)) == (28, 2 * per_layer)
+    assert 2 * per_layer == 8192
+    bf = build_tiny_qwen2_policy(0, torch.bfloat16)
+    assert all(p.dtype == torch.float32 for p in bf.parameters() if p.requires_grad)
+    assert any(p.dtype == torch.bfloat16 for p in bf.parameters() if not p.requires_grad)
+    with pytest.raises(InvalidParameter, match="dtype"):
+        build_tiny_qwen2_policy(0, torch.float64)
