@@ -310,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
              "simulate": sub.add_parser("simulate", help="simulations writing curves, plots and an artifact")
              .add_subparsers(dest="what", required=True),
              "run": sub.add_parser("run", help="run a mechanism end to end (presets)")
+             .add_subparsers(dest="what", required=True),
+             "audit": sub.add_parser("audit", help="empirical privacy audits (lower bounds; see docs/audits.md)")
              .add_subparsers(dest="what", required=True)}
     _register_plugins(verbs, common)
     return p
@@ -319,7 +321,7 @@ def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
     """Subcommands contributed by `mechanisms` and `audits` through the `privcheck.commands` entry points.
 
     Each entry point is a callable `register(verbs, common)` that adds parsers under `verbs[verb]`
-    (verb ∈ account, calibrate, convert, simulate, run) with `set_defaults(func=...)`; `privcheck` never
+    (verb ∈ account, calibrate, convert, simulate, run, audit) with `set_defaults(func=...)`; `privcheck` never
     imports those packages itself. Handlers return the exit code and raise InvalidParameter on bad input.
     """
     import importlib.metadata
