@@ -1,7 +1,168 @@
-"""`privcheck audit ...` subcommands contributed by `audits` (entry point `privcheck.commands`)."""
+"""`privcheck audit ...` subcommands contributed by `audits` (entry point `privcheck.commands`).
+
+Commands (spec audits.md §10 CLI rules): `one-run`, `clopper-pearson`, `gdp`, `fdp-one-run`. Each prints a
+table, or with `--json` one JSON object: the audit report with the command's headline keys copied to
+the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed artifact
+DIR/audit.json; inputs are validated before anything is written, and bad input exits with code 2.
+"""
 
 from __future__ import annotations
 
 
 def register(verbs: dict, common) -> None:
-    """Add the `audit` verb and its commands."""
+    """Add the `audit` verb's commands."""
+    from privcheck.cli import _integer, _number
+
+    audit = verbs["audit"]
+    o = audit.add_parser("one-run", parents=[common],
+                         help="one-run canary audit from counts (Steinke, Nasr & Jagielski): ε lower bound")
+    _counts(o, _integer)
+    _level(o, _number)
+    o.add_argument("--epsilon-nominal", type=_number, default=None, help="claimed ε to test (optional)")
+    _out(o)
+    o.set_defaults(func=cmd_one_run)
+
+    c = audit.add_parser("clopper-pearson", parents=[common],
+                         help="multi-run audit with Clopper–Pearson bounds on FPR and FNR: ε lower bound")
+    _runs(c, _integer)
+    _level(c, _number)
+    c.add_argument("--one-sided", action="store_true", help="test only the event {score >= t} (drop ε₂)")
+    c.add_argument("--thresholds", type=_integer, default=1,
+                   help="K thresholds declared in advance (Bonferroni: CP at p/(2K); default 1)")
+    c.add_argument("--epsilon-nominal", type=_number, default=None, help="claimed ε to test (optional)")
+    _out(c)
+    c.set_defaults(func=cmd_clopper_pearson)
+
+    g = audit.add_parser("gdp", parents=[common],
+                         help="multi-run μ-GDP lower bound (valid only for a Gaussian trade-off curve)")
+    _runs(g, _integer)
+    _level(g, _number)
+    g.add_argument("--hypotheses", type=_integer, default=1, help="K tested hypotheses (CP at p/(2K); default 1)")
+    _out(g)
+    g.set_defaults(func=cmd_gdp)
+
+    f = audit.add_parser("fdp-one-run", parents=[common],
+                         help="one-run f-DP audit in the Gaussian family: μ lower bound (Mahloujifar et al.)")
+    _counts(f, _integer)
+    _level(f, _number)
+    _out(f)
+    f.set_defaults(func=cmd_fdp_one_run)
+
+    from audits.power_cli import add_power_parser
+    from audits.selection_cli import add_selection_parser
+    add_power_parser(audit, common)
+    add_selection_parser(audit, common)
+
+
+def _counts(p, integer) -> None:
+    p.add_argument("--canaries", type=integer, required=True, help="m, number of randomised canaries")
+    p.add_argument("--guesses", type=integer, required=True, help="r, number of non-abstaining guesses (<= m)")
+    p.add_argument("--correct", type=integer, required=True, help="v, number of correct guesses (<= r)")
+
+
+def _runs(p, integer) -> None:
+    p.add_argument("--runs-in", type=integer, required=True, help="N₁, runs with the canary")
+    p.add_argument("--runs-out", type=integer, required=True, help="N₀, runs without the canary")
+    p.add_argument("--false-negatives", type=integer, required=True, help="FN out of N₁")
+    p.add_argument("--false-positives", type=integer, required=True, help="FP out of N₀")
+
+
+def _level(p, number) -> None:
+    p.add_argument("--delta", type=number, required=True, help="δ of the claim being audited")
+    p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
+
+
+def _out(p) -> None:
+    p.add_argument("--out", default=None, help="directory for the sealed artifact audit.json (optional)")
+
+
+def _emit(args, rep, rows) -> int:
+    """Print the report (+ headline keys); with --out, write the sealed artifact first and print it."""
+    from audits.report import audit_document, write_audit
+    from privcheck.cli import emit
+
+    if args.out is not None:
+        doc = audit_document(rep)
+        path = write_audit(rep, args.out, document=doc)
+        payload = dict(doc, artifact=str(path))
+        rows = rows + [("artifact", str(path)), ("sha256", doc["sha256"])]
+    else:
+        payload = rep.to_json()
+    payload.update(rep.headline())
+    emit(args, payload, rows)
+    return 0
+
+
+def _or_none(value, text: str):
+    return text if value is None else value
+
+
+def _ceiling_rows(rep) -> list:
+    return [("ceiling (perfect guessing)", rep.power["eps_ceiling"])]
+
+
+def cmd_one_run(args) -> int:
+    from audits.one_run import from_counts
+    from audits.report import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    rep = from_counts(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence,
+                      eps_nominal=args.epsilon_nominal)
+    r = rep.result
+    rows = [("eps_lower", r["eps_lower"]), ("canaries / guesses / correct", f"{args.canaries} / {args.guesses} / "
+                                                                           f"{args.correct}"),
+            ("confidence", args.confidence), ("delta", args.delta)]
+    if args.epsilon_nominal is not None:
+        rows += [("p_value_at_nominal", r["p_value_at_nominal"]), ("rejects_nominal", r["rejects_nominal"]),
+                 ("min correct for nominal", _or_none(rep.power["min_correct_for_nominal"],
+                                                      "none (even v = r cannot reach it)"))]
+    rows += _ceiling_rows(rep)
+    if r["search_capped"]:
+        rows.append(("search_capped", True))
+    return _emit(args, rep, rows)
+
+
+def cmd_clopper_pearson(args) -> int:
+    from audits.multirun import clopper_pearson
+    from audits.report import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    rep = clopper_pearson(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
+                          confidence=args.confidence, two_sided=not args.one_sided, n_thresholds=args.thresholds,
+                          eps_nominal=args.epsilon_nominal)
+    r = rep.result
+    rows = [("eps_lower", r["eps_lower"]), ("FPR_up", r["fpr_up"]), ("FNR_up", r["fnr_up"]),
+            ("direction", r["direction"] or "none"), ("confidence", args.confidence), ("delta", args.delta)]
+    if args.epsilon_nominal is not None:
+        rows.append(("rejects_nominal", r["rejects_nominal"]))
+    return _emit(args, rep, rows + _ceiling_rows(rep))
+
+
+def _gdp_rows(rep) -> list:
+    r = rep.result
+    return [("mu_lower", r["mu_lower"]), ("eps_estimate_gdp_family", r["eps_estimate_gdp_family"]),
+            ("extra_assumptions", ", ".join(rep.extra_assumptions)),
+            ("note", "valid for μ-GDP claims; the ε is a lower bound only if the trade-off curve is Gaussian")]
+
+
+def cmd_gdp(args) -> int:
+    from audits.gdp import from_rates
+    from audits.report import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    rep = from_rates(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
+                     confidence=args.confidence, n_hypotheses=args.hypotheses)
+    return _emit(args, rep, _gdp_rows(rep) + [("FPR_up", rep.result["fpr_up"]), ("FNR_up", rep.result["fnr_up"])])
+
+
+def cmd_fdp_one_run(args) -> int:
+    from audits.gdp import fdp_one_run
+    from audits.report import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    rep = fdp_one_run(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence)
+    return _emit(args, rep, _gdp_rows(rep))

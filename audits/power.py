@@ -1,0 +1,531 @@
+"""Power analysis of one-run canary audits, made before the run (spec audits.md §6; ceiling §3.7; report §10).
+
+`plan(m, delta=, confidence=, eps_nominal=, score_model=)` answers, for m randomised canaries at the claim's δ and
+significance p = 1 − confidence:
+
+* **ceiling** `ε_max(m) = max_r EPS_LB(m, r, r, δ, p)`: the best bound any attack can certify (all guesses correct).
+  The maximum is taken over a log-spaced grid of r that always contains r = m (where the spec finds it);
+  `ceiling_guesses` reports the maximiser.
+* **planned bound**: for each pre-declared guess rule (k₊ top-scored canaries guessed "in", k₋ bottom-scored guessed
+  "out"), the precision of the rule on a large reference sample drawn from the score model (half in, half out), and
+  `EPS_LB(m, k, ⌊precision·k⌋, δ, p)` with k = k₊ + k₋. The rule with the largest bound is k* (ties: first in grid
+  order). The choice uses simulated scores only, never an audit's labels, so k* can be pre-registered.
+* **Monte Carlo**: `sims` audits with S_i ~ uniform{±1} i.i.d., scores from the model, k* guesses, v correct,
+  `EPS_LB(m, k*, v, δ, p)`; the median, 10% and 90% quantiles and the fraction of zero bounds.
+* **nominal**: `min_correct_for_nominal`, the smallest v with `PVAL(m, k*, v, ε_nom, δ) < p` (the test that rejects
+  ε_nom, §3.3), null if even v = k* does not; whether any audit with m canaries can certify ε_nom at all, the
+  number of canaries that would be needed, and a plain-language `message`.
+
+Where this follows the spec loosely: the default grid (`default_k_grid`) has top-only rules (k, 0) as in §6.2 and
+also balanced rules (⌈k/2⌉, ⌊k/2⌋), for k up to m, so that a perfect score model plans the ceiling. The planned bound
+is the spec's expected-count figure on an exactly balanced reference; it ignores the realised imbalance of S, so
+for two-sided rules with k near m the Monte Carlo median is lower (perfect model, m = 1000: 5.78 planned, ≈ 4.0
+median). Read the Monte Carlo quantiles, not only the planned figure.
+
+Assumptions: PVAL is non-increasing in v (spec §3.2 property tests), used by the search for the minimum correct
+count and the canaries search. p-values and bounds come from `audits.one_run`. Cost: the reference sample has
+about max(500,000, m) scores and the Monte Carlo `sims·m` scores (times T steps for `dpsgd_dirac(llr)`, drawn in
+float32 blocks); EPS_LB is evaluated once per grid rule and once per distinct simulated v. Monte Carlo uses a numpy
+Generator seeded with `seed` (reproducible; the report says so) or OS entropy when `seed` is None.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from audits.one_run import eps_lower, p_value
+from audits.score_models import DPSGDDirac, GDP, ScoreModel, parse_score_model
+from privcheck import validation as val
+from privcheck.errors import InvalidParameter
+
+DEFAULT_GRID_POINTS = 40          # spec §6.2: ~40 log-spaced guess counts
+CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
+REFERENCE_MIN_SCORES = 500_000    # reference floor (half in, half out); plan spread ≈ ±0.07 in ε, DP-GRPO m = 1e4
+SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in blocks of about this many scores
+SPEC_EPS_CAP = 100.0              # spec §9: the ε search is capped at 100
+CANARIES_SEARCH_MAX = 10 ** 8     # spec §12 checks the ceiling property up to r = 1e8
+POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
+                    "prob_zero", "score_model")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Guess rules and grids
+
+
+@dataclass(frozen=True)
+class GuessRule:
+    """Guess "in" for the k_plus highest scores and "out" for the k_minus lowest; abstain otherwise."""
+    k_plus: int
+    k_minus: int
+
+    @property
+    def guesses(self) -> int:
+        return self.k_plus + self.k_minus
+
+
+def guess_counts(m: int, points: int = DEFAULT_GRID_POINTS) -> tuple[int, ...]:
+    """About `points` log-spaced integers in [min(2, m), m], always including m."""
+    m = val.count("m", m)
+    low = min(2, m)
+    counts = np.unique(np.round(np.geomspace(low, m, points)).astype(np.int64))
+    return tuple(int(k) for k in np.union1d(counts, [m]))
+
+
+def default_k_grid(m: int) -> tuple[GuessRule, ...]:
+    """Top-only rules (k, 0) and balanced rules (⌈k/2⌉, ⌊k/2⌋) for k in `guess_counts(m)`.
+
+    Top-only suits scores where only inclusion leaves a trace (a never-sampled included canary looks excluded);
+    balanced rules reach the ceiling when both tails are informative (k = m, all correct).
+    """
+    rules: list[GuessRule] = []
+    for k in guess_counts(m):
+        for rule in (GuessRule(k, 0), GuessRule((k + 1) // 2, k // 2)):
+            if rule not in rules:
+                rules.append(rule)
+    return tuple(rules)
+
+
+def _parse_k_grid(k_grid, m: int) -> tuple[GuessRule, ...]:
+    """An int k means the top-k rule (k, 0); a pair (k_plus, k_minus) is explicit. 1 ≤ k_plus + k_minus ≤ m."""
+    allowed = f"a non-empty sequence of ints in [1, {m}] or (k_plus, k_minus) pairs with 1 <= k_plus + k_minus <= {m}"
+    if k_grid is None:
+        return default_k_grid(m)
+    if isinstance(k_grid, (str, bytes)) or not hasattr(k_grid, "__iter__"):
+        raise InvalidParameter("k_grid", k_grid, allowed)
+    rules: list[GuessRule] = []
+    for entry in k_grid:
+        pair = (entry, 0) if isinstance(entry, numbers.Integral) and not isinstance(entry, bool) else entry
+        try:
+            kp, km = pair
+            kp, km = val.count("k_grid", kp, minimum=0), val.count("k_grid", km, minimum=0)
+        except (TypeError, ValueError):
+            raise InvalidParameter("k_grid", k_grid, allowed) from None
+        if not 1 <= kp + km <= m:
+            raise InvalidParameter("k_grid", k_grid, allowed)
+        if GuessRule(kp, km) not in rules:
+            rules.append(GuessRule(kp, km))
+    if not rules:
+        raise InvalidParameter("k_grid", k_grid, allowed)
+    return tuple(rules)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Statistical quantities (no simulation)
+
+
+def _significance(confidence) -> float:
+    return 1.0 - val.open_unit("confidence", confidence)
+
+
+def _delta(delta) -> float:
+    """δ in [0, 1] (δ = 0 is a pure-DP claim)."""
+    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 <= float(delta) <= 1.0:
+        raise InvalidParameter("delta", delta, "[0, 1] (a finite real number)")
+    return float(delta)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """ε_max(m) and the number of (all correct) guesses that reaches it."""
+    eps: float
+    guesses: int
+    grid: tuple[int, ...]
+
+
+def ceiling(m: int, delta: float, confidence: float = 0.95, r_grid=None) -> Ceiling:
+    """ε_max(m) = max_r EPS_LB(m, r, r, δ, p) over `r_grid` ∪ {m} (default: 24 log-spaced r) (spec §3.7)."""
+    m = val.count("m", m)
+    delta, p = _delta(delta), _significance(confidence)
+    grid = guess_counts(m, CEILING_GRID_POINTS) if r_grid is None else tuple(
+        sorted({val.count("r_grid", r) for r in r_grid} | {m}))
+    if grid[-1] > m:
+        raise InvalidParameter("r_grid", r_grid, f"integers in [1, m={m}]")
+    best_eps, best_r = -1.0, m
+    for r in grid:
+        e = eps_lower(m, r, r, delta, p)
+        if e > best_eps:
+            best_eps, best_r = e, r
+    return Ceiling(best_eps, best_r, grid)
+
+
+def min_correct(m: int, r: int, eps_target: float, delta: float, confidence: float = 0.95) -> int | None:
+    """Smallest v ≤ r with PVAL(m, r, v, ε_target, δ) < p (the test rejects ε_target), or None if v = r does not."""
+    m, r = val.count("m", m), val.count("r", r)
+    if r > m:
+        raise InvalidParameter("r", r, f"an integer in [1, m={m}]")
+    eps_target = val.nonnegative("eps_nominal", eps_target)
+    delta, p = _delta(delta), _significance(confidence)
+    if not p_value(m, r, r, eps_target, delta) < p:
+        return None
+    lo, hi = 0, r                 # PVAL(lo) ≥ p (v = 0 has PVAL 1), PVAL(hi) < p
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if p_value(m, r, mid, eps_target, delta) < p:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def canaries_needed(eps_target: float, delta: float, confidence: float = 0.95,
+                    m_max: int = CANARIES_SEARCH_MAX) -> int | None:
+    """Smallest m with PVAL(m, m, m, ε_target, δ) < p: m canaries, all guessed, all correct; None if none ≤ m_max.
+
+    δ = 0: closed form, the smallest m with ρ(ε)^m < p. δ > 0: the first point of a geometric grid (ratio 2^{1/16},
+    plus m_max) that rejects, then bisection down to the previous grid point. The ceiling rises, peaks and falls in
+    m (§3.7), so "None" means no grid point up to m_max rejects (the spec's ε = 8, δ = 1/69880 case).
+    """
+    eps_target = val.nonnegative("eps_nominal", eps_target)
+    delta, p = _delta(delta), _significance(confidence)
+    m_max = val.count("m_max", m_max)
+    if delta == 0.0:
+        log_rho = -math.log1p(math.exp(-eps_target))          # ln ρ(ε) = −ln(1 + e^{−ε}) < 0
+        m = math.floor(math.log(p) / log_rho) + 1              # smallest m with m·ln ρ < ln p
+        if m > m_max + 1:                                      # far beyond the search range (rounding is ±1)
+            return None
+        while m > 1 and p_value(m - 1, m - 1, m - 1, eps_target, 0.0) < p:   # guard the floor against rounding
+            m -= 1
+        while not p_value(m, m, m, eps_target, 0.0) < p:
+            m += 1
+        return m if m <= m_max else None
+
+    def rejects(m: int) -> bool:
+        return p_value(m, m, m, eps_target, delta) < p
+
+    grid = sorted({int(round(2 ** (j / 16))) for j in range(int(16 * math.log2(m_max)) + 1)} | {m_max})
+    previous = 0
+    for m in grid:
+        if m > m_max:
+            break
+        if rejects(m):
+            lo, hi = previous, m            # rejects(hi); lo does not (or lo = 0)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if rejects(mid):
+                    hi = mid
+                else:
+                    lo = mid
+            return hi
+        previous = m
+    return None
+
+
+def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
+    """The nominal ε of a score model's mechanism at δ, with its source, or None when the model has none.
+
+    `dpsgd_dirac(q, σ, T)`: the DP-SGD PLD accountant (the DP-GRPO accounting, §7.1); `gdp(μ)`: the exact μ-GDP
+    curve (certified). Interference does not change the claim (it only adds noise to the auditor's view).
+    """
+    model = parse_score_model(score_model)
+    delta = val.open_unit("delta", delta)
+    from privcheck.accounting import epsilon_pld, gdp_to_dp
+    if isinstance(model, DPSGDDirac):
+        eps = epsilon_pld(model.q, model.sigma, model.steps, delta).value
+        return float(eps), f"pld(q={model.q!r}, sigma={model.sigma!r}, T={model.steps}, delta={delta!r})"
+    if isinstance(model, GDP) and model.mu > 0:
+        return float(gdp_to_dp(model.mu, delta).value), f"gdp_to_dp(mu={model.mu!r}, delta={delta!r})"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Simulation
+
+
+def _reference_counts(model: ScoreModel, m: int, rules, rng) -> tuple[int, list[int]]:
+    """Correct guesses of each rule on a reference sample of R·m scores (R·m/2 in, R·m/2 out), in units where the
+    top-k₊/m fraction of the pool is exactly R·k₊ scores. Returns (R, correct counts)."""
+    ratio = 2 * math.ceil(REFERENCE_MIN_SCORES / (2 * m))          # even, so R·m/2 is an integer
+    half = ratio * m // 2
+    labels = np.concatenate([np.ones(half, dtype=bool), np.zeros(half, dtype=bool)])
+    scores = model.draw(labels, rng)
+    shuffle = rng.permutation(labels.size)                          # ties then break by a key independent of labels
+    order = shuffle[np.argsort(-scores[shuffle], kind="stable")]
+    ranked = labels[order]
+    in_from_top = np.concatenate([[0], np.cumsum(ranked)])
+    out_from_bottom = np.concatenate([[0], np.cumsum(~ranked[::-1])])
+    return ratio, [int(in_from_top[ratio * r.k_plus] + out_from_bottom[ratio * r.k_minus]) for r in rules]
+
+
+def _simulate_correct(model: ScoreModel, m: int, rule: GuessRule, sims: int, rng) -> np.ndarray:
+    """Correct guesses of `rule` in `sims` simulated audits (S_i ~ Bern(1/2) i.i.d.; canary order = position).
+
+    Scores are i.i.d. given each canary's own bit, so breaking ties by position is as good as a random key.
+    """
+    correct = np.empty(sims, dtype=np.int64)
+    block = max(1, SIMS_BLOCK_SCORES // m)
+    for start in range(0, sims, block):
+        n = min(block, sims - start)
+        included = rng.random((n, m)) < 0.5
+        scores = model.draw(included, rng)
+        if rule.k_plus and rule.k_minus:     # one ordering, so tied scores never land in both sets
+            order = np.argsort(scores, axis=1, kind="stable")
+            top, bottom = order[:, m - rule.k_plus:], order[:, :rule.k_minus]
+        else:
+            top = np.argpartition(-scores, rule.k_plus - 1, axis=1)[:, :rule.k_plus] if rule.k_plus else None
+            bottom = np.argpartition(scores, rule.k_minus - 1, axis=1)[:, :rule.k_minus] if rule.k_minus else None
+        v = np.zeros(n, dtype=np.int64)
+        if top is not None:
+            v += np.take_along_axis(included, top, axis=1).sum(axis=1)
+        if bottom is not None:
+            v += (~np.take_along_axis(included, bottom, axis=1)).sum(axis=1)
+        correct[start:start + n] = v
+    return correct
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One pre-declared guess rule, its reference precision, expected correct count and planned bound."""
+    k_plus: int
+    k_minus: int
+    precision: float
+    correct: int
+    eps_lower: float
+
+    def to_json(self) -> dict:
+        return {"k_plus": self.k_plus, "k_minus": self.k_minus, "guesses": self.k_plus + self.k_minus,
+                "precision": self.precision, "correct": self.correct, "eps_lower": self.eps_lower}
+
+
+@dataclass(frozen=True)
+class PowerReport:
+    """A power analysis (spec §6). `power_block()` is the §10 `power` object; `to_json()` adds the details."""
+    m: int
+    delta: float
+    confidence: float
+    eps_nominal: float | None
+    score_model: str
+    score_model_params: dict
+    eps_ceiling: float
+    ceiling_guesses: int
+    k_plus: int
+    k_minus: int
+    planned_eps_lower: float
+    planned_correct: int
+    planned_precision: float
+    min_correct_for_nominal: int | None
+    nominal_certifiable: bool | None
+    canaries_needed_for_nominal: int | None
+    plan_reaches_nominal: bool | None
+    mc_median: float
+    mc_p10: float
+    mc_p90: float
+    prob_zero: float
+    mc_prob_reject_nominal: float | None
+    search_capped: bool
+    sims: int
+    seed: int | None
+    reference_scores: int
+    grid: tuple[GridPoint, ...]
+    message: str
+
+    @property
+    def guesses(self) -> int:
+        """k*, the planned number of guesses (k₊ + k₋)."""
+        return self.k_plus + self.k_minus
+
+    def power_block(self) -> dict:
+        """Exactly the keys of the spec §10 `power` block."""
+        full = self.to_json()
+        return {key: full[key] for key in POWER_BLOCK_KEYS}
+
+    def to_json(self) -> dict:
+        seeded = self.seed is not None
+        return {
+            "eps_ceiling": self.eps_ceiling, "ceiling_guesses": self.ceiling_guesses,
+            "min_correct_for_nominal": self.min_correct_for_nominal,
+            "planned_eps_lower": self.planned_eps_lower, "planned_correct": self.planned_correct,
+            "planned_precision": self.planned_precision,
+            "guesses": self.guesses, "k_plus": self.k_plus, "k_minus": self.k_minus,
+            "mc_median": self.mc_median, "mc_p10": self.mc_p10, "mc_p90": self.mc_p90, "prob_zero": self.prob_zero,
+            "mc_prob_reject_nominal": self.mc_prob_reject_nominal,
+            "score_model": self.score_model, "score_model_params": dict(self.score_model_params),
+            "m": self.m, "delta": self.delta, "confidence": self.confidence, "significance": 1.0 - self.confidence,
+            "eps_nominal": self.eps_nominal, "nominal_certifiable": self.nominal_certifiable,
+            "canaries_needed_for_nominal": self.canaries_needed_for_nominal,
+            "plan_reaches_nominal": self.plan_reaches_nominal, "search_capped": self.search_capped,
+            "sims": self.sims, "reference_scores": self.reference_scores,
+            "randomness": {"seed": self.seed, "seeded": seeded,
+                           "note": (f"seeded plan (seed {self.seed}): reproducible" if seeded
+                                    else "unseeded plan (OS entropy): not reproducible")},
+            "grid": [g.to_json() for g in self.grid],
+            "message": self.message,
+        }
+
+
+def _seed(seed) -> int | None:
+    return None if seed is None else val.count("seed", seed, minimum=0)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Validated inputs of `plan` (InvalidParameter names the first bad one)."""
+    m: int
+    delta: float
+    confidence: float
+    eps_nominal: float | None
+    model: ScoreModel
+    rules: tuple[GuessRule, ...]
+    sims: int
+    seed: int | None
+
+
+def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200,
+                         seed=None) -> PlanInputs:
+    """Check every input of `plan` without doing any work (the CLI calls it before deriving a nominal ε)."""
+    m = val.count("m", m)
+    delta = _delta(delta)
+    _significance(confidence)
+    eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
+    model = parse_score_model(score_model)
+    rules = _parse_k_grid(k_grid, m)
+    return PlanInputs(m, delta, float(confidence), eps_nominal, model, rules, val.count("sims", sims), _seed(seed))
+
+
+def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200, seed=None) -> PowerReport:
+    """Plan a one-run audit with m canaries (spec §6.2). All inputs are validated before any work."""
+    inputs = validate_plan_inputs(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal,
+                                  score_model=score_model, k_grid=k_grid, sims=sims, seed=seed)
+    m, delta, eps_nominal, model, rules, sims, seed = (inputs.m, inputs.delta, inputs.eps_nominal, inputs.model,
+                                                        inputs.rules, inputs.sims, inputs.seed)
+    p = _significance(confidence)
+    rng = np.random.default_rng(seed)
+
+    ceil = ceiling(m, delta, confidence)
+    ratio, correct = _reference_counts(model, m, rules, rng)
+    grid = []
+    for rule, c in zip(rules, correct):
+        k = rule.guesses
+        v = c // ratio                                   # ⌊precision·k⌋ with precision = c/(R·k), in integers
+        grid.append(GridPoint(rule.k_plus, rule.k_minus, c / (ratio * k), v, eps_lower(m, k, v, delta, p)))
+    best = max(range(len(grid)), key=lambda i: (grid[i].eps_lower, -i))
+    chosen, point = rules[best], grid[best]
+
+    v_sim = _simulate_correct(model, m, chosen, sims, rng)
+    distinct = {int(v): eps_lower(m, chosen.guesses, int(v), delta, p) for v in np.unique(v_sim)}
+    eps_sim = np.array([distinct[int(v)] for v in v_sim])
+    p10, median, p90 = (float(x) for x in np.quantile(eps_sim, [0.1, 0.5, 0.9]))
+
+    need = certifiable = needed = reaches = reject_rate = None
+    if eps_nominal is not None:
+        need = min_correct(m, chosen.guesses, eps_nominal, delta, confidence)
+        certifiable = p_value(m, ceil.guesses, ceil.guesses, eps_nominal, delta) < p
+        needed = canaries_needed(eps_nominal, delta, confidence)
+        reaches = point.eps_lower > eps_nominal
+        reject_rate = 0.0 if need is None else float(np.mean(v_sim >= need))
+    capped = any(g.eps_lower >= SPEC_EPS_CAP for g in grid) or ceil.eps >= SPEC_EPS_CAP
+    report = dict(
+        m=m, delta=delta, confidence=float(confidence), eps_nominal=eps_nominal, score_model=model.name,
+        score_model_params=model.params(), eps_ceiling=ceil.eps, ceiling_guesses=ceil.guesses,
+        k_plus=chosen.k_plus, k_minus=chosen.k_minus, planned_eps_lower=point.eps_lower,
+        planned_correct=point.correct, planned_precision=point.precision, min_correct_for_nominal=need,
+        nominal_certifiable=certifiable, canaries_needed_for_nominal=needed, plan_reaches_nominal=reaches,
+        mc_median=median, mc_p10=p10, mc_p90=p90, prob_zero=float(np.mean(eps_sim == 0.0)),
+        mc_prob_reject_nominal=reject_rate, search_capped=capped, sims=sims, seed=seed,
+        reference_scores=ratio * m, grid=tuple(grid))
+    return PowerReport(**report, message=_message(report, p))
+
+
+def _message(r: dict, p: float) -> str:
+    """A plain statement of what the plan says about the nominal claim."""
+    head = (f"m = {r['m']} canaries, δ = {r['delta']:.6g}, confidence {1 - p:.6g}: ceiling {r['eps_ceiling']:.4f} "
+            f"(all {r['ceiling_guesses']} guesses correct); planned bound {r['planned_eps_lower']:.4f} with "
+            f"k* = {r['k_plus'] + r['k_minus']} guesses (k+ = {r['k_plus']}, k- = {r['k_minus']}) under "
+            f"{r['score_model']}.")
+    eps = r["eps_nominal"]
+    if eps is None:
+        return head + " No nominal ε given."
+    if not r["nominal_certifiable"]:
+        needed = r["canaries_needed_for_nominal"]
+        tail = (f" No number of canaries up to {CANARIES_SEARCH_MAX:.0e} can certify it at this δ (spec §3.7)."
+                if needed is None else f" Certifying it needs at least {needed} canaries, all guessed correctly.")
+        return head + (f" CANNOT CERTIFY: ε_nominal = {eps:.4g} cannot be certified by any one-run audit with "
+                       f"{r['m']} canaries at this δ and confidence." + tail)
+    if not r["plan_reaches_nominal"]:
+        need = r["min_correct_for_nominal"]
+        need_text = ("even all k* correct would not reject it" if need is None
+                     else f"rejecting it needs {need} of {r['k_plus'] + r['k_minus']} guesses correct")
+        return head + (f" UNDERPOWERED: the ceiling allows ε_nominal = {eps:.4g} but the planned attack does not "
+                       f"reach it ({need_text}; simulated rejection rate {r['mc_prob_reject_nominal']:.3g}). "
+                       f"A bound below ε_nominal will say nothing about how tight the accounting is.")
+    return head + (f" POWERED: the planned bound exceeds ε_nominal = {eps:.4g} (simulated rejection rate "
+                   f"{r['mc_prob_reject_nominal']:.3g}); if the mechanism met its claim, the audit would not reject "
+                   f"it except with probability ≤ {p:.3g}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Plot for the docs
+
+
+@dataclass(frozen=True)
+class BoundCurve:
+    """Planned bound, ceiling and Monte Carlo band against the number of canaries, and the PNG rendering."""
+    canaries: tuple[int, ...]
+    eps_ceiling: tuple[float, ...]
+    planned_eps_lower: tuple[float, ...]
+    mc_p10: tuple[float, ...]
+    mc_median: tuple[float, ...]
+    mc_p90: tuple[float, ...]
+    eps_nominal: float | None
+    score_model: str
+    png: bytes
+
+
+def plot_bound_vs_canaries(score_model, canaries, *, delta, confidence=0.95, eps_nominal=None, sims=50, seed=0,
+                           path=None) -> BoundCurve:
+    """Planned bound vs number of canaries for a score model (matplotlib Agg); writes `path` atomically if given."""
+    model = parse_score_model(score_model)
+    if isinstance(canaries, (str, bytes)) or not hasattr(canaries, "__iter__"):
+        raise InvalidParameter("canaries", canaries, "a non-empty sequence of integers >= 1")
+    ms = tuple(sorted({val.count("canaries", m) for m in canaries}))
+    if not ms:
+        raise InvalidParameter("canaries", canaries, "a non-empty sequence of integers >= 1")
+    _delta(delta), _significance(confidence), val.count("sims", sims), _seed(seed)
+    eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:      # optional dependency (extra "plots")
+        from privcheck.errors import PrivcheckError
+        raise PrivcheckError(f"matplotlib is required for the plot (pip install 'privcheck[plots]'): {exc}") from exc
+
+    reports = [plan(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal, score_model=model, sims=sims,
+                    seed=None if seed is None else seed + i) for i, m in enumerate(ms)]
+    column = {key: tuple(getattr(r, key) for r in reports)
+              for key in ("eps_ceiling", "planned_eps_lower", "mc_p10", "mc_median", "mc_p90")}
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(ms, column["eps_ceiling"], "k--", label="ceiling (all guesses correct)")
+    ax.plot(ms, column["planned_eps_lower"], "o-", color="tab:blue", label="planned bound (best k)")
+    ax.fill_between(ms, column["mc_p10"], column["mc_p90"], color="tab:blue", alpha=0.2, lw=0,
+                    label=f"Monte Carlo 10–90% ({sims} audits)")
+    if eps_nominal is not None:
+        ax.axhline(eps_nominal, color="tab:red", lw=1, label=f"nominal ε = {eps_nominal:.3g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("number of canaries m")
+    ax.set_ylabel(f"ε lower bound (δ = {delta:.3g}, confidence {confidence})")
+    ax.set_title(model.name, fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    import io
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    png = buffer.getvalue()
+    if path is not None:
+        from privcheck.artifacts.writer import write_atomic
+        write_atomic(path, png)
+    return BoundCurve(ms, column["eps_ceiling"], column["planned_eps_lower"], column["mc_p10"], column["mc_median"],
+                      column["mc_p90"], eps_nominal, model.name, png)
+
+
+__all__ = ["BoundCurve", "Ceiling", "GridPoint", "GuessRule", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport",
+           "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "min_correct", "nominal_epsilon", "plan",
+           "plot_bound_vs_canaries", "validate_plan_inputs"]

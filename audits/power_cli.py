@@ -1,0 +1,70 @@
+"""`privcheck audit power`: plan a one-run canary audit before running it (spec audits.md §6, §10).
+
+    privcheck audit power --canaries M --delta D [--confidence C] --score-model perfect|gdp:MU|
+        dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] [--epsilon-nominal E] [--sims N] [--seed S] [--json]
+
+With --json it prints one JSON object: the power report (`audits.power.PowerReport.to_json`, whose top level holds
+the headline keys eps_ceiling, planned_eps_lower, guesses (k*) and min_correct_for_nominal), the spec §10 `power`
+block under `power`, and `eps_nominal_source`. Without --epsilon-nominal, a `dpsgd_dirac` plan compares with the PLD
+accountant's ε for (q, σ, T, δ) and a `gdp` plan with the μ-GDP ε; the source is printed. Bad input raises
+InvalidParameter (exit 2 through `privcheck.cli.main`) before any simulation.
+"""
+
+from __future__ import annotations
+
+
+from privcheck.cli import _integer, _number
+
+
+def add_power_parser(audit_subparsers, common) -> None:
+    """Add `power` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
+    p = audit_subparsers.add_parser("power", parents=[common],
+                                    help="power analysis of a one-run canary audit, before running it (spec §6)")
+    p.add_argument("--canaries", type=_integer, required=True, help="m, the number of randomised canaries (>= 1)")
+    p.add_argument("--delta", type=_number, required=True, help="the claim's own δ in [0, 1]")
+    p.add_argument("--confidence", type=_number, default=0.95, help="1 − significance, in (0, 1) (default 0.95)")
+    p.add_argument("--score-model", required=True,
+                   help="perfect | gdp:MU | dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] (TAU: interference, default 0)")
+    p.add_argument("--epsilon-nominal", type=_number, default=None,
+                   help="the claimed ε (default: PLD ε for dpsgd_dirac, μ-GDP ε for gdp, none for perfect)")
+    p.add_argument("--sims", type=_integer, default=200, help="Monte Carlo audits (default 200)")
+    p.add_argument("--seed", type=_integer, default=None, help="seed of the simulation (default: OS entropy)")
+    p.set_defaults(func=cmd_audit_power)
+
+
+def cmd_audit_power(args) -> int:
+    from audits.power import nominal_epsilon, plan, validate_plan_inputs
+    from privcheck import validation as val
+    from privcheck.cli import emit
+
+    val.count("canaries", args.canaries)              # named as the flag; the rest is named as in `plan`
+    inputs = validate_plan_inputs(args.canaries, delta=args.delta, confidence=args.confidence,
+                                  eps_nominal=args.epsilon_nominal, score_model=args.score_model, sims=args.sims,
+                                  seed=args.seed)    # before the accountant or any simulation runs
+    model = inputs.model
+    eps_nominal, source = args.epsilon_nominal, "given"
+    if eps_nominal is None:
+        derived = nominal_epsilon(model, args.delta) if 0 < args.delta < 1 else None
+        eps_nominal, source = derived if derived is not None else (None, None)
+    report = plan(args.canaries, delta=args.delta, confidence=args.confidence, eps_nominal=eps_nominal,
+                  score_model=model, sims=args.sims, seed=args.seed)
+    payload = {**report.to_json(), "power": report.power_block(), "eps_nominal_source": source}
+    need = report.min_correct_for_nominal
+    rows = [("eps_ceiling", report.eps_ceiling),
+            ("planned_eps_lower", report.planned_eps_lower),
+            ("guesses (k*)", f"{report.guesses} (k+ = {report.k_plus}, k- = {report.k_minus})"),
+            ("planned correct", f"{report.planned_correct} (precision {report.planned_precision:.4f})"),
+            ("Monte Carlo median [p10, p90]",
+             f"{report.mc_median:.4f} [{report.mc_p10:.4f}, {report.mc_p90:.4f}] over {report.sims} audits"),
+            ("prob_zero", report.prob_zero),
+            ("epsilon_nominal", "none" if eps_nominal is None else f"{eps_nominal:.10g} ({source})"),
+            ("min_correct_for_nominal", "n/a" if eps_nominal is None else ("none (cannot reject)" if need is None
+                                                                           else need)),
+            ("score model", report.score_model),
+            ("randomness", payload["randomness"]["note"]),
+            ("verdict", report.message)]
+    emit(args, payload, rows)
+    return 0
+
+
+__all__ = ["add_power_parser", "cmd_audit_power"]

@@ -1,0 +1,321 @@
+"""The audit report (spec audits.md §10): a frozen record, its JSON form, and the sealed artifact.
+
+Guarantees:
+* Every field of spec §10 is present in `to_json()`; `null` where a field does not apply.
+* GDP-family methods (`gdp_rates`, `fdp_one_run`) carry `result.mu_lower` and
+  `result.eps_estimate_gdp_family`, list "gaussian_tradeoff" in `extra_assumptions`, have **no**
+  `result.eps_lower` key and never set `rejects_nominal` (spec §5.4, §13.5). The constructor refuses any
+  report that breaks these rules, so no code path can emit one.
+* `power.eps_ceiling` and `power.planned_eps_lower` are always filled (from the power analysis when one is
+  supplied, else from the ceiling: perfect guessing).
+* `write_audit` validates the sealed document against `privcheck/schemas/audit.schema.json` before
+  writing it atomically; nothing is written if any step fails.
+
+Nested mappings are read-only views and lists are tuples, so a report cannot be edited after creation.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from privcheck.environment import library_versions
+from privcheck.errors import InvalidParameter
+
+SCHEMA_ID = "privcheck.audit/1"
+SCHEMA_FILE = "audit.schema.json"
+ARTIFACT = "audit.json"
+
+METHODS = ("steinke_one_run", "clopper_pearson", "gdp_rates", "fdp_one_run", "blackbox_pair")
+GDP_METHODS = ("gdp_rates", "fdp_one_run")
+GAUSSIAN_TRADEOFF = "gaussian_tradeoff"
+
+ONE_RUN_ASSUMPTIONS = ("independent_canary_coins", "guess_rule_fixed_before_labels", "per_canary_add_remove_dp",
+                       "scored_object_covered_by_guarantee")
+MULTIRUN_ASSUMPTIONS = ("iid_runs", "test_fixed_before_evaluation_runs", "neighbouring_datasets_under_claim_relation")
+
+POWER_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
+              "prob_zero", "score_model")
+SECTION_KEYS = {
+    "claim": ("epsilon", "delta", "neighboring", "accountant", "mechanism"),
+    "canaries": ("m", "m_test", "n_in", "n_out", "inclusion", "type", "added_slots", "membership_commitment",
+                 "score", "membership_sealed"),
+    "guessing": ("k_plus", "k_minus", "selection", "n_hypotheses", "split_frac", "tie_break", "preregistration"),
+    "power": POWER_KEYS,
+    "diagnostics": ("realized_inclusions_logged", "never_sampled_in_canaries", "constant_reward_canary_groups_frac",
+                    "auroc"),
+    "randomness": ("membership", "audit_release", "note"),
+}
+RESULT_COMMON = ("guesses", "correct", "precision", "confidence", "significance", "p_value_at_nominal",
+                 "rejects_nominal", "search_capped")
+HEADLINES = {
+    "steinke_one_run": ("eps_lower", "p_value_at_nominal", "rejects_nominal"),
+    "clopper_pearson": ("eps_lower",),
+    "blackbox_pair": ("eps_lower",),
+    "gdp_rates": ("mu_lower", "eps_estimate_gdp_family", "extra_assumptions"),
+    "fdp_one_run": ("mu_lower", "eps_estimate_gdp_family", "extra_assumptions"),
+}
+
+
+def _freeze(x):
+    """Read-only deep copy: mappings become MappingProxyType, sequences tuples, numpy scalars Python ones."""
+    if isinstance(x, Mapping):
+        return MappingProxyType({str(k): _freeze(val) for k, val in x.items()})
+    if isinstance(x, (list, tuple)):
+        return tuple(_freeze(val) for val in x)
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    if isinstance(x, numbers.Integral):
+        return int(x)
+    if isinstance(x, numbers.Real):
+        value = float(x)
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite number {value!r} in an audit report")
+        return value
+    if hasattr(x, "item"):        # numpy bool_ and friends
+        return _freeze(x.item())
+    raise TypeError(f"unsupported value of type {type(x).__name__} in an audit report")
+
+
+def _thaw(x):
+    if isinstance(x, Mapping):
+        return {k: _thaw(val) for k, val in x.items()}
+    if isinstance(x, tuple):
+        return [_thaw(val) for val in x]
+    return x
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """One audit's outcome in the layout of spec §10 (see `to_json`)."""
+
+    method: str
+    claim: Mapping[str, Any]
+    canaries: Mapping[str, Any]
+    guessing: Mapping[str, Any]
+    result: Mapping[str, Any]
+    power: Mapping[str, Any]
+    assumptions: tuple[str, ...]
+    extra_assumptions: tuple[str, ...]
+    diagnostics: Mapping[str, Any]
+    software: Mapping[str, Any]
+    randomness: Mapping[str, Any]
+
+    def __post_init__(self):
+        for name in ("claim", "canaries", "guessing", "result", "power", "diagnostics", "software", "randomness"):
+            object.__setattr__(self, name, _freeze(getattr(self, name)))
+        object.__setattr__(self, "assumptions", tuple(self.assumptions))
+        object.__setattr__(self, "extra_assumptions", tuple(self.extra_assumptions))
+        if self.method not in METHODS:
+            raise ValueError(f"unknown audit method {self.method!r}")
+        for section, keys in SECTION_KEYS.items():
+            missing = [k for k in keys if k not in getattr(self, section)]
+            if missing:
+                raise ValueError(f"audit report section {section!r} lacks {missing}")
+        missing = [k for k in RESULT_COMMON if k not in self.result]
+        if missing:
+            raise ValueError(f"audit report result lacks {missing}")
+        for key in ("eps_ceiling", "planned_eps_lower"):
+            if self.power[key] is None:
+                raise ValueError(f"power.{key} must always be filled (spec §10)")
+        if self.method in GDP_METHODS:   # spec §5.4 / §13.5: never an (ε, δ) lower bound, never a rejection
+            if "eps_lower" in self.result or GAUSSIAN_TRADEOFF not in self.extra_assumptions:
+                raise ValueError("GDP-family reports carry mu_lower / eps_estimate_gdp_family and the "
+                                 "gaussian_tradeoff assumption, never eps_lower")
+            if self.result["rejects_nominal"] is not None or self.result["p_value_at_nominal"] is not None:
+                raise ValueError("GDP-family reports never reject an (ε, δ) claim")
+            if "mu_lower" not in self.result or "eps_estimate_gdp_family" not in self.result:
+                raise ValueError("GDP-family reports carry mu_lower and eps_estimate_gdp_family")
+        elif "eps_lower" not in self.result:
+            raise ValueError(f"{self.method} reports carry result.eps_lower")
+
+    def to_json(self) -> dict:
+        """The spec §10 object (plain dicts and lists, JSON-ready; no NaN or infinity)."""
+        return {"schema": SCHEMA_ID, "method": self.method, "claim": _thaw(self.claim),
+                "canaries": _thaw(self.canaries), "guessing": _thaw(self.guessing), "result": _thaw(self.result),
+                "power": _thaw(self.power), "assumptions": list(self.assumptions),
+                "extra_assumptions": list(self.extra_assumptions), "diagnostics": _thaw(self.diagnostics),
+                "software": _thaw(self.software), "randomness": _thaw(self.randomness)}
+
+    def headline(self) -> dict:
+        """The command's headline keys (spec §10 CLI rule), copied from the report."""
+        out = {}
+        for key in HEADLINES[self.method]:
+            out[key] = list(self.extra_assumptions) if key == "extra_assumptions" else _thaw(self.result[key])
+        return out
+
+    @property
+    def bound(self) -> float:
+        """The method's headline number: eps_lower, or mu_lower for GDP-family methods."""
+        return self.result["mu_lower" if self.method in GDP_METHODS else "eps_lower"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Building blocks used by the audit methods.
+
+
+def software() -> dict:
+    versions = library_versions()            # cached: reading package metadata costs milliseconds
+    return {name: versions[name] for name in ("privcheck", "scipy", "numpy")}
+
+
+def claim_block(eps_nominal: float | None, delta: float, claim: Mapping | None) -> dict:
+    """Claim section; the caller's optional `claim` mapping may set neighboring, accountant, mechanism."""
+    extra = _known("claim", claim, ("neighboring", "accountant", "mechanism"))
+    neighboring = extra.get("neighboring", "add_remove")
+    if neighboring not in ("add_remove", "replace"):
+        raise InvalidParameter("claim.neighboring", neighboring, "'add_remove' or 'replace'")
+    accountant = extra.get("accountant")
+    if accountant is not None and accountant not in ("pld", "rdp", "analytic", "ex_post"):
+        raise InvalidParameter("claim.accountant", accountant, "one of pld, rdp, analytic, ex_post, or None")
+    mechanism = extra.get("mechanism") or {"name": None, "params": {}}
+    if not isinstance(mechanism, Mapping):
+        raise InvalidParameter("claim.mechanism", mechanism, "a mapping {'name': str, 'params': mapping}")
+    mechanism = {"name": mechanism.get("name"), "params": dict(mechanism.get("params") or {})}
+    return {"epsilon": eps_nominal, "delta": delta, "neighboring": neighboring, "accountant": accountant,
+            "mechanism": mechanism}
+
+
+def canaries_block(*, m: int, m_test: int, n_in: int | None, n_out: int | None, inclusion: str,
+                   overrides: Mapping | None, commitment: str | None = None, sealed: bool = False) -> dict:
+    extra = _known("canaries", overrides, ("type", "added_slots", "membership_commitment", "score"))
+    block = {"m": m, "m_test": m_test, "n_in": n_in, "n_out": n_out, "inclusion": inclusion,
+             "type": extra.get("type"), "added_slots": extra.get("added_slots"),
+             "membership_commitment": commitment or extra.get("membership_commitment"), "score": extra.get("score"),
+             "membership_sealed": sealed}
+    mc = block["membership_commitment"]
+    if mc is not None and not (isinstance(mc, str) and mc.startswith("sha256:") and len(mc) == 71):
+        raise InvalidParameter("canaries.membership_commitment", mc, "'sha256:<64 hex digits>' or None")
+    return block
+
+
+def guessing_block(*, k_plus=None, k_minus=None, selection=None, n_hypotheses=1, split_frac=None, tie_break=None,
+                   preregistration=None) -> dict:
+    return {"k_plus": k_plus, "k_minus": k_minus, "selection": selection, "n_hypotheses": n_hypotheses,
+            "split_frac": split_frac, "tie_break": tie_break, "preregistration": preregistration}
+
+
+def diagnostics_block(diagnostics: Mapping | None, **computed) -> dict:
+    """Spec §7.6 diagnostics: never used in the test. Extra keys (e.g. point estimates) are allowed here only."""
+    block = {"realized_inclusions_logged": False, "never_sampled_in_canaries": None,
+             "constant_reward_canary_groups_frac": None, "auroc": None}
+    block.update(computed)
+    if diagnostics is not None:
+        if not isinstance(diagnostics, Mapping):
+            raise InvalidParameter("diagnostics", diagnostics, "a mapping")
+        block.update({str(k): val for k, val in diagnostics.items()})
+    return block
+
+
+def randomness_block(membership: str, audit_release: bool | None) -> dict:
+    notes = {"os_entropy": "membership drawn from OS entropy by audits.canary.draw_membership",
+             "seeded": "seeded membership: a test, not an audit release",
+             "external": "membership supplied by the caller (counts or labels); its independence is an assumption",
+             "not_applicable": "multi-run audit: runs with and without the canary are fixed in advance"}
+    return {"membership": membership, "audit_release": audit_release, "note": notes[membership]}
+
+
+def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
+    """Fill the power block from an optional power-analysis dict, or an object with `power_block()` (such as
+    `audits.power.PowerReport`) or `to_json()`.
+
+    Without one, the plan is the ceiling (score model "perfect"). A mapping may only use the keys of
+    spec §10 (typos are errors); from an object's `to_json()` the known keys are taken.
+    """
+    block = {"eps_ceiling": eps_ceiling, "min_correct_for_nominal": min_correct, "planned_eps_lower": eps_ceiling,
+             "mc_median": None, "mc_p10": None, "mc_p90": None, "prob_zero": None, "score_model": "perfect"}
+    if power is None:
+        return block
+    if not isinstance(power, Mapping) and callable(getattr(power, "power_block", None)):
+        power = power.power_block()          # audits.power.PowerReport
+    if isinstance(power, Mapping):
+        unknown = sorted(set(power) - set(POWER_KEYS))
+        if unknown:
+            raise InvalidParameter("power", unknown, "keys among " + ", ".join(POWER_KEYS))
+        given = dict(power)
+    elif callable(getattr(power, "to_json", None)):
+        doc = power.to_json()
+        given = {k: doc[k] for k in POWER_KEYS if k in doc}
+    else:
+        raise InvalidParameter("power", type(power).__name__, "a mapping with the power keys of spec §10, or None")
+    block["score_model"] = None
+    for key, value in given.items():
+        if key == "score_model":
+            if value is not None and not isinstance(value, str):
+                raise InvalidParameter("power.score_model", value, "a string or None")
+        elif key == "min_correct_for_nominal":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                      or value < 0):
+                raise InvalidParameter("power.min_correct_for_nominal", value, "an integer >= 0 or None")
+        elif value is not None:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+                raise InvalidParameter(f"power.{key}", value, "a finite real number or None")
+            if key == "prob_zero" and not 0.0 <= float(value) <= 1.0:
+                raise InvalidParameter("power.prob_zero", value, "[0, 1]")
+        block[key] = value
+    for key in ("eps_ceiling", "planned_eps_lower"):
+        if block[key] is None:
+            block[key] = eps_ceiling
+    return block
+
+
+def _known(section: str, mapping: Mapping | None, keys: tuple[str, ...]) -> dict:
+    if mapping is None:
+        return {}
+    if not isinstance(mapping, Mapping):
+        raise InvalidParameter(section, mapping, "a mapping or None")
+    unknown = sorted(set(mapping) - set(keys))
+    if unknown:
+        raise InvalidParameter(section, unknown, "keys among " + ", ".join(keys))
+    return dict(mapping)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Artifact.
+
+
+def audit_document(report: AuditReport) -> dict:
+    """The sealed, schema-valid artifact: the report plus `created_utc` and `sha256`."""
+    from privcheck.artifacts.schema import validate
+    from privcheck.artifacts.writer import seal
+
+    if not isinstance(report, AuditReport):
+        raise InvalidParameter("report", type(report).__name__, "an AuditReport")
+    doc = report.to_json()
+    doc["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    doc = seal(doc)
+    validate(doc, name=SCHEMA_FILE)
+    return doc
+
+
+def check_out_dir(out) -> Path:
+    """An output directory path (InvalidParameter for an empty path or an existing non-directory)."""
+    if out is None or (isinstance(out, str) and not out.strip()):
+        raise InvalidParameter("out", out, "a directory path")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise InvalidParameter("out", str(out), "a directory (a file exists at this path)")
+    return path
+
+
+def write_audit(report: AuditReport, out_dir, *, document: dict | None = None) -> Path:
+    """Seal, validate and atomically write `out_dir/audit.json`; returns its path.
+
+    `document`: the already sealed `audit_document(report)` (so a caller can print exactly what was written).
+    """
+    from privcheck.artifacts.schema import validate
+    from privcheck.artifacts.writer import dump_json, verify_seal, write_atomic
+
+    path = check_out_dir(out_dir)
+    if document is None:
+        document = audit_document(report)
+    elif not (isinstance(document, dict) and verify_seal(document)
+              and {k: v for k, v in document.items() if k not in ("created_utc", "sha256")} == report.to_json()):
+        raise InvalidParameter("document", "mismatch", "audit_document(report) for this report")
+    validate(document, name=SCHEMA_FILE)
+    return write_atomic(path / ARTIFACT, dump_json(document))

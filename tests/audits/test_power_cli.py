@@ -1,0 +1,96 @@
+"""`privcheck audit power` (audits/power_cli.py), on a parser built here the way privcheck.cli builds its verbs.
+
+Reference values: spec §12 ceiling (m = 1000, δ = 1e−5: 5.7823), the DP-GRPO paper's nominal ε ≈ 5.04 for
+q = 128/6988, σ = 0.612058477104, T = 100, δ = 1/69880, and the ceiling's δ = 0 closed form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from audits.power_cli import add_power_parser
+from privcheck.errors import InvalidParameter
+
+
+def _parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="privcheck")
+    verbs = root.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true")
+    audit = verbs.add_parser("audit").add_subparsers(dest="what", required=True)
+    add_power_parser(audit, common)
+    return root
+
+
+def _run(argv, capsys):
+    args = _parser().parse_args(["audit", "power", *argv])
+    assert args.func(args) == 0
+    return capsys.readouterr().out
+
+
+def test_json_headline_keys_and_reference_ceiling(capsys):
+    out = _run(["--canaries", "1000", "--delta", "1e-5", "--score-model", "perfect", "--epsilon-nominal", "5",
+                "--sims", "10", "--seed", "1", "--json"], capsys)
+    doc = json.loads(out)                                 # exactly one JSON object
+    for key in ("eps_ceiling", "planned_eps_lower", "guesses", "min_correct_for_nominal"):
+        assert key in doc
+    assert abs(doc["eps_ceiling"] - 5.7823) <= 1e-4       # spec §12
+    assert doc["planned_eps_lower"] == doc["eps_ceiling"] and doc["guesses"] == 1000
+    assert set(doc["power"]) == {"eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median",
+                                 "mc_p10", "mc_p90", "prob_zero", "score_model"}
+    assert doc["power"]["score_model"] == "perfect" and doc["eps_nominal_source"] == "given"
+    assert doc["randomness"] == {"seed": 1, "seeded": True, "note": "seeded plan (seed 1): reproducible"}
+
+
+def test_dpsgd_default_nominal_is_the_pld_epsilon(capsys):
+    out = _run(["--canaries", "200", "--delta", str(1 / 69880), "--score-model",
+                f"dpsgd_dirac:{128 / 6988},0.612058477104,100,sum", "--sims", "5", "--seed", "0", "--json"], capsys)
+    doc = json.loads(out)
+    assert abs(doc["eps_nominal"] - 5.04) < 0.005         # DP-GRPO paper: nominal ε ≈ 5.04
+    assert doc["eps_nominal_source"].startswith("pld(")
+    assert doc["plan_reaches_nominal"] is False and doc["min_correct_for_nominal"] is None
+
+
+def test_table_output_states_the_verdict(capsys):
+    out = _run(["--canaries", "100", "--delta", "0", "--score-model", "gdp:1", "--epsilon-nominal", "6",
+                "--sims", "5", "--seed", "0"], capsys)
+    rows = dict(line.split(None, 1) for line in out.splitlines() if line.startswith(("eps_ceiling", "verdict")))
+    assert math.isclose(float(rows["eps_ceiling"]), -math.log(20 ** (1 / 100) - 1), rel_tol=1e-9)   # δ = 0 form
+    assert "CANNOT CERTIFY" in rows["verdict"] and "at least" in rows["verdict"]
+
+
+@pytest.mark.parametrize("argv, name", [
+    (["--canaries", "0", "--delta", "1e-5", "--score-model", "perfect"], "canaries"),
+    (["--canaries", "10", "--delta", "1e-5", "--score-model", "nope"], "score_model"),
+    (["--canaries", "10", "--delta", "1e-5", "--score-model", "dpsgd_dirac:2,1,10,llr"], "q"),
+    (["--canaries", "10", "--delta", "1e-5", "--score-model", "perfect", "--confidence", "1"], "confidence"),
+    (["--canaries", "10", "--delta", "-1", "--score-model", "perfect"], "delta"),
+    (["--canaries", "10", "--delta", "1e-5", "--score-model", "perfect", "--sims", "0"], "sims"),
+])
+def test_bad_input_raises_invalid_parameter(argv, name, capsys):
+    args = _parser().parse_args(["audit", "power", *argv, "--json"])
+    with pytest.raises(InvalidParameter) as info:
+        args.func(args)
+    assert info.value.name == name
+    assert capsys.readouterr().out == ""                  # nothing printed before the error
+
+
+def test_main_style_exit_code_two(capsys, monkeypatch):
+    """privcheck.cli.main maps InvalidParameter to exit 2 with the parameter named on stderr."""
+    import privcheck.cli as cli
+
+    original = cli._register_plugins
+
+    def register_power(verbs, common):              # stand-in for the lead's wiring in audits/cli.py
+        original(verbs, common)
+        if "power" not in verbs["audit"].choices:
+            add_power_parser(verbs["audit"], common)
+
+    monkeypatch.setattr(cli, "_register_plugins", register_power)
+    code = cli.main(["audit", "power", "--canaries", "10", "--delta", "1e-5", "--score-model", "gdp:-1"])
+    assert code == 2
+    assert "invalid mu=-1.0" in capsys.readouterr().err
