@@ -13,6 +13,15 @@ from mechanisms.dpgrpo.verify import reference_fixture
 from privcheck.errors import InvalidParameter
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster, and immune to OpenMP spin-waits on a shared, loaded CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def fx():
     return reference_fixture(n_records=3, G=4, L_max=5, seed=2)
@@ -65,3 +74,41 @@ def test_replay_returns_stored_groups_without_rewards(fx):
         replay.group_for(Record(prompt="9+9=", answer="18"))
     grp = make_group(tok, ["12", "3"], 4, eos=[True, False])
     assert grp.mask.tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]] and grp.texts == ("12", "3")
+
+
+def test_reference_scope_matches_peft_disable_adapter_and_restores(fx):
+    """`policy_scope(model, "reference")` (fast path) gives bit-identical log-probabilities to PEFT's own
+    `model.disable_adapter()`, differs from the current policy (LoRA is off the reference), and leaves the
+    adapters enabled with every `requires_grad` flag as it was, also when the scope exits by an exception."""
+    from mechanisms.dpgrpo.rollouts import _plain_lora_layers, policy_scope
+
+    model, tok, records, replay = fx
+    group = replay.group_for(records[1])
+    prompt = torch.tensor(tok.encode(records[1].prompt))
+    flags = {k: p.requires_grad for k, p in model.named_parameters()}
+    assert _plain_lora_layers(model) is not None  # the fast path is the one exercised here
+    with torch.no_grad():
+        current = token_logprobs(model, prompt, group.token_ids)
+        with model.disable_adapter():
+            peft_ref = token_logprobs(model, prompt, group.token_ids)
+        with policy_scope(model, "reference"):
+            fast_ref = token_logprobs(model, prompt, group.token_ids)
+        assert torch.equal(fast_ref, peft_ref)
+        assert float((current - peft_ref).abs().max()) > 1e-6
+        with pytest.raises(RuntimeError):
+            with policy_scope(model, "reference"):
+                raise RuntimeError("inside the scope")
+        assert torch.equal(token_logprobs(model, prompt, group.token_ids), current)
+    assert {k: p.requires_grad for k, p in model.named_parameters()} == flags
+    assert model.has_active_enabled_adapter
+    # a model whose adapters are already disabled takes PEFT's own path (and stays disabled, as PEFT leaves it)
+    model.base_model.disable_adapter_layers()
+    try:
+        assert _plain_lora_layers(model) is None
+        with torch.no_grad(), policy_scope(model, "reference"):
+            assert torch.equal(token_logprobs(model, prompt, group.token_ids), peft_ref)
+    finally:
+        model.base_model.enable_adapter_layers()
+    with pytest.raises(InvalidParameter):
+        with policy_scope(model, "sideways"):
+            pass
