@@ -6,10 +6,16 @@ callables are the trainer's production methods (`sample_coins`, `record_gradient
 C, σ, q, n or the chunk size, a trainer of the same class is built with `config.replace(...)` (sharing the model,
 arm, rollouts and randomness), so a subclass that overrides one method is checked through that method.
 
+V1 checks the loss of the trainer's gradient path: `core.prompt_loss` (what the arms call), or the trainer's own
+`prompt_loss` method where a (sub)class defines one.
+
 `reference_fixture()` builds the float64 reference fixture of §7.1: tiny GPT-2 (all dropouts 0, LayerNorm),
 LoRA r = 4, α = 8, dropout 0, moved off the reference by N(0, 0.02²), and `Replay` rollouts of the addition task.
-`reference_setup(seed, trainer_cls)` builds a trainer on it with its bindings; `run_suite(seed)` runs V1–V12 on
-it in float64 and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`).
+`reference_setup(seed, trainer_cls)` builds a trainer on it with its bindings. `preflight_fixture(precision)` /
+`preflight_setup(precision, seed, trainer_cls)` do the same for V13 on the tiny Qwen2 (2 layers, hidden 64,
+4 heads, 2 KV heads, dropout 0) with a float32 or bfloat16 base and float32 LoRA. `run_suite(seed)` runs V1–V12
+in float64 and V13 at float32 and bfloat16, and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`)
+in which every result carries its precision.
 """
 
 from __future__ import annotations
@@ -131,8 +137,14 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
         fn = getattr(arm, "advantages", None)
         return fn(rewards, cfg.c) if fn is not None else core.group_advantages(rewards, cfg.c)
 
+    # V1 checks the loss the trainer's gradient path uses: a trainer (subclass) that computes eq. (7) through
+    # its own `prompt_loss(logp, ref_logp, mask, advantages, beta, rollout_slice)` method is checked through
+    # that method; otherwise `core.prompt_loss`, the function the production arms call.
+    own_loss = getattr(trainer, "prompt_loss", None)
+
     def prompt_loss(logp, ref_logp, adv, mask, beta, rollout_slice=None):
-        return core.prompt_loss(logp, ref_logp, mask, adv, beta, rollout_slice)
+        fn = own_loss if callable(own_loss) else core.prompt_loss
+        return fn(logp, ref_logp, mask, adv, beta, rollout_slice)
 
     def record_gradient(item):
         return trainer.record_gradient(*_item(item))
@@ -293,7 +305,7 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
         target=f"{type(trainer).__module__}.{type(trainer).__qualname__}")
 
 
-# ------------------------------------------------------------------------------- reference fixture
+# ------------------------------------------------------------------------------- fixtures
 
 def replay_groups(tokenizer, records, G, L_max, seed) -> list[RolloutGroup]:
     """Deterministic completions per record (a mix of correct answers, wrong answers and EOS-less digit
@@ -316,11 +328,21 @@ def replay_groups(tokenizer, records, G, L_max, seed) -> list[RolloutGroup]:
     return out
 
 
+def _replay_fixture(model, tok, *, n_records, G, L_max, seed, lora_std):
+    from mechanisms.dpgrpo.models import perturb_lora_
+    from mechanisms.dpgrpo.rollouts import Replay
+    from mechanisms.dpgrpo.tasks import addition_records
+
+    perturb_lora_(model, lora_std, seed + 7)  # π_θ ≠ π_ref, else the KL gradient is exactly zero (§7.1)
+    records = addition_records(n_records, seed)
+    groups = replay_groups(tok, records, G, L_max, seed + 11)
+    return model, tok, records, Replay(list(zip(records, groups)))
+
+
 def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
     """(model, tokenizer, records, Replay backend) in float64, LoRA off the reference (§7.1)."""
-    from mechanisms.dpgrpo.models import build_tiny_policy, perturb_lora_
-    from mechanisms.dpgrpo.rollouts import Replay
-    from mechanisms.dpgrpo.tasks import CharTokenizer, addition_records
+    from mechanisms.dpgrpo.models import build_tiny_policy
+    from mechanisms.dpgrpo.tasks import CharTokenizer
 
     if n_records < 1:
         raise InvalidParameter("n_records", n_records, "an integer >= 1")
@@ -331,16 +353,39 @@ def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
     base_cfg = getattr(model, "config", None)
     if base_cfg is not None and getattr(base_cfg, "summary_first_dropout", 0) != 0:
         base_cfg.summary_first_dropout = 0.0
-    perturb_lora_(model, lora_std, seed + 7)
-    records = addition_records(n_records, seed)
-    groups = replay_groups(tok, records, G, L_max, seed + 11)
-    return model, tok, records, Replay(list(zip(records, groups)))
+    return _replay_fixture(model, tok, n_records=n_records, G=G, L_max=L_max, seed=seed, lora_std=lora_std)
 
 
-# ------------------------------------------------------------------------------- reference setup and suite
+# Base dtype of the tiny Qwen2 per preflight precision; LoRA, gradients, clip and noise stay float32 (§7.2 V13).
+PREFLIGHT_BASE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def preflight_fixture(precision: str, *, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
+    """(model, tokenizer, records, Replay backend) for V13: the tiny Qwen2 of §7.2 (2 layers, hidden 64, 4 heads,
+    2 KV heads, every dropout 0) with its base in `precision` ("float32" or "bfloat16") and float32 LoRA
+    (r = 4, α = 8, dropout 0) moved off the reference by N(0, lora_std²); Replay rollouts as in the float64
+    fixture."""
+    from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
+    from mechanisms.dpgrpo.tasks import CharTokenizer
+
+    if precision not in PREFLIGHT_BASE_DTYPES:
+        raise InvalidParameter("precision", precision, f"one of {tuple(PREFLIGHT_BASE_DTYPES)}")
+    if n_records < 1:
+        raise InvalidParameter("n_records", n_records, "an integer >= 1")
+    tok = CharTokenizer()
+    model = build_tiny_qwen2_policy(seed, PREFLIGHT_BASE_DTYPES[precision], r=4, alpha=8, lora_dropout=0.0,
+                                    tokenizer=tok)
+    return _replay_fixture(model, tok, n_records=n_records, G=G, L_max=L_max, seed=seed, lora_std=lora_std)
+
+
+# ------------------------------------------------------------------------------- setups and suite
 
 REFERENCE = {"n_base": 5, "n_additions": 8, "G": 4, "L_max": 6, "n": 16, "m": 4, "T": 100, "sigma": 1.0,
              "C": 1.0, "lr": 0.05}
+# V13 reruns V3 on fewer records than the float64 suite: at lower precision it looks for rounding beyond 1e-6,
+# which would show on any record; the wide search for a coupling between records is the float64 V3.
+PREFLIGHT = dict(REFERENCE, n_base=3, n_additions=2)
+PREFLIGHT_V3 = {"n_gradient_records": 4}
 
 
 def _with_variance(tokenizer, rec, group, L_max):
@@ -355,10 +400,10 @@ def _with_variance(tokenizer, rec, group, L_max):
     return make_group(tokenizer, texts, L_max, eos=[True] * len(texts))
 
 
-def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_overrides):
-    """(trainer, bindings) on the float64 reference fixture: a `trainer_cls` (default `DPTrainer`) over the
-    fixture's records with Replay rollouts, seeded randomness, and the §8 bindings with items scored by the
-    trainer's own verifier step. `fixture` (from `reference_fixture`) can be shared between calls."""
+def _setup(fixture, layout, seed, trainer_cls, config_overrides, *, with_update_items=True):
+    """A `trainer_cls` over the fixture's records (Replay rollouts, seeded randomness) and its §8 bindings, with
+    items scored by the trainer's own verifier step (line 5). `layout` gives n_base, n_additions, G, L_max and
+    the configuration (n, m, T, σ, C, lr)."""
     from mechanisms.dpgrpo.config import DPGRPOConfig
     from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.rollouts import Replay
@@ -366,18 +411,19 @@ def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_o
     from mechanisms.dpgrpo.trainer import DPTrainer
 
     trainer_cls = DPTrainer if trainer_cls is None else trainer_cls
-    R = REFERENCE
-    n_rec = R["n_base"] + R["n_additions"] + 1
-    if fixture is None:
-        fixture = reference_fixture(n_records=n_rec, G=R["G"], L_max=R["L_max"], seed=seed)
+    R = layout
     model, tok, records, replay = fixture
     records = list(records)
+    need = R["n_base"] + R["n_additions"] + 1
+    if len(records) < need:
+        raise InvalidParameter("fixture", len(records), f"a fixture with at least {need} records")
+    records = records[:need]
     groups = [_with_variance(tok, r, replay.group_for(r), R["L_max"]) for r in records]
     chunk_rec = records[-1]
     chunk_group = _with_variance(tok, chunk_rec, replay_groups(tok, [chunk_rec], 8, R["L_max"], seed + 13)[0],
                                  R["L_max"])
     n = R["n"]
-    universe_records = (records + records)[:n]
+    universe_records = (records * (n // len(records) + 1))[:n]
     cfg_kwargs = dict(n=n, m=R["m"], T=R["T"], sigma=R["sigma"], C=R["C"], G=R["G"], L_max=R["L_max"],
                       optimizer="sgd", lr=R["lr"], randomness=seed, rollout_mode="replay", precision="float64")
     cfg_kwargs.update(config_overrides)
@@ -393,8 +439,36 @@ def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_o
     constant = [(const_rec, RolloutGroup(const_group.token_ids, const_group.mask,
                                          torch.full((G,), v, dtype=torch.int64), const_group.texts)) for v in (1, 0)]
     bindings = bindings_for(trainer, items=base, additions=additions, constant_items=constant,
-                            chunk_item=pairs[-1], update_items=base[:4])
+                            chunk_item=pairs[-1], update_items=base[:4] if with_update_items else ())
     return trainer, bindings
+
+
+def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_overrides):
+    """(trainer, bindings) on the float64 reference fixture: a `trainer_cls` (default `DPTrainer`) over the
+    fixture's records with Replay rollouts, seeded randomness, and the §8 bindings with items scored by the
+    trainer's own verifier step. `fixture` (from `reference_fixture`) can be shared between calls."""
+    R = REFERENCE
+    if fixture is None:
+        fixture = reference_fixture(n_records=R["n_base"] + R["n_additions"] + 1, G=R["G"], L_max=R["L_max"],
+                                    seed=seed)
+    return _setup(fixture, R, seed, trainer_cls, config_overrides)
+
+
+def preflight_setup(precision: str, seed: int = 0, trainer_cls=None, *, fixture=None, **config_overrides):
+    """(trainer, bindings) for V13 at `precision` ("float32" or "bfloat16" base; LoRA, gradients, clip and noise
+    float32) on the tiny Qwen2 fixture, laid out like the float64 reference (fewer V3 records). The bindings
+    carry no V4 items (V13 does not rerun V4). `fixture` (from `preflight_fixture`) can be shared."""
+    from mechanisms.dpgrpo.models import QWEN2_LORA_TARGETS
+
+    if precision not in PREFLIGHT_BASE_DTYPES:
+        raise InvalidParameter("precision", precision, f"one of {tuple(PREFLIGHT_BASE_DTYPES)}")
+    R = PREFLIGHT
+    if fixture is None:
+        fixture = preflight_fixture(precision, n_records=R["n_base"] + R["n_additions"] + 1, G=R["G"],
+                                    L_max=R["L_max"], seed=seed)
+    overrides = dict(precision="float32", lora_targets=QWEN2_LORA_TARGETS)
+    overrides.update(config_overrides)
+    return _setup(fixture, R, seed, trainer_cls, overrides, with_update_items=False)
 
 
 def fixture_claim(config):
@@ -412,9 +486,22 @@ def fixture_claim(config):
                  accountant="privcheck.accounting.epsilon_pld (PLD, dp-accounting)")
 
 
+def run_preflight(seed: int = 0, precisions=("float32", "bfloat16"), trainer_cls=None):
+    """V13 on the tiny Qwen2: `privcheck.checks.dpsgd.precision_preflight` at each precision, the results carrying
+    their precision (never merged with float64). Call under deterministic algorithms (as `run_suite` does)."""
+    from privcheck.checks.dpsgd import precision_preflight
+
+    out = []
+    for precision in precisions:
+        _, bindings = preflight_setup(precision, seed, trainer_cls)
+        out += precision_preflight(bindings, precision, v3_options=PREFLIGHT_V3)
+    return out
+
+
 def run_suite(seed: int | None = None):
     """Build the float64 reference fixture (seed 0 by default), bind the production `DPTrainer`, run V1–V12
-    (`privcheck.checks.dpsgd.run_suite`, precision float64) and return a `SuiteResult` named "dpgrpo"."""
+    (`privcheck.checks.dpsgd.run_suite`, precision float64), then V13 (`run_preflight`: float32 and bfloat16
+    CheckResults, named `precision_preflight.<precision>.<check>`) and return a `SuiteResult` named "dpgrpo"."""
     from privcheck.artifacts.records import SuiteResult
     from privcheck.checks.dpsgd import run_suite as run_checks
 
@@ -426,6 +513,7 @@ def run_suite(seed: int | None = None):
     try:
         trainer, bindings = reference_setup(seed)
         checks = run_checks(bindings, precision="float64")
+        checks += run_preflight(seed)
         claims = [fixture_claim(trainer.config)]
     finally:
         torch.set_num_threads(threads)

@@ -1,14 +1,19 @@
 """Reusable checks. A check compares an observed value with an independent reference under a declared
-tolerance and returns a `CheckResult`; an exception inside a check is a failure, never a skip."""
+tolerance and returns a `CheckResult`; an exception inside a check is a failure, never a skip.
+
+Importing this package is cheap (the artifact records, and through them the accountant, are imported when a
+check runs), so that the pytest plugin `privcheck.checks.pytest_plugin` costs nothing in a test run that does
+not ask for it."""
 
 from __future__ import annotations
 
 import math
 import time
 import traceback
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from privcheck.artifacts.records import CheckResult
+if TYPE_CHECKING:
+    from privcheck.artifacts.records import CheckResult
 
 
 class Recorder:
@@ -20,6 +25,8 @@ class Recorder:
 
     def run(self, name: str, fn: Callable[[], dict], *, reference: str, inputs: dict | None = None) -> CheckResult:
         """`fn()` returns dict(passed, observed, expected, tolerance[, message])."""
+        from privcheck.artifacts.records import CheckResult
+
         start = time.perf_counter()
         try:
             out = fn()

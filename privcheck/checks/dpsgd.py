@@ -1,7 +1,8 @@
-"""Model-agnostic record-level checks V1–V12 of DP-SGD / DP-GRPO (spec shared/spec/dpgrpo.md §7, §8).
+"""Model-agnostic record-level checks V1–V13 of DP-SGD / DP-GRPO (spec shared/spec/dpgrpo.md §7, §8).
 
 Every check takes a `SuiteBindings` (user-supplied callables and fixtures; every field optional) and returns one
-`CheckResult` of suite "dpgrpo":
+`CheckResult` of suite "dpgrpo" (V13, `precision_preflight`, returns one per rerun check, at float32 or
+bfloat16, named `precision_preflight.<precision>.<check>`):
 
 - a binding the check needs is missing → status "skipped" with the names of the missing fields (never "pass");
 - a bound callable raises → status "error" with the exception text;
@@ -45,6 +46,7 @@ record, V7), ``reference_record_gradient`` (``item -> Tensor`` with LoRA at the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import traceback
@@ -52,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from privcheck.artifacts.records import CheckResult
-from privcheck.errors import PrivcheckError
+from privcheck.errors import InvalidParameter, PrivcheckError
 
 SUITE = "dpgrpo"
 
@@ -366,14 +368,19 @@ def check_clip_contract(b: SuiteBindings, precision: str = "float64", *, seed: i
 # ------------------------------------------------------------------------------------------------ V3
 
 def check_sensitivity_add_remove(b: SuiteBindings, precision: str = "float64", *, seed: int = 0,
-                                 n_base: int = 5, n_gradient_records: int = 20, tol: float = 1e-10
-                                 ) -> CheckResult:
+                                 n_base: int = 5, n_gradient_records: int = 20, tol: float = 1e-10,
+                                 clip_norms: Sequence[str] = ("C=0.7", "C_bind", "C_mix")) -> CheckResult:
     """V3 `sensitivity_add_remove`: ‖clipped_sum(base ∪ {a}) − clipped_sum(base)‖/C ≤ 1 + 1e-10 for every
     addition `a` (real records from `additions`, 20 GradientRecords of norm C·e^{3Z}, one of norm 1e12, each
     inserted at a random position) and for the removal of every base item, at C = 0.7, C_bind = 0.25·min‖g‖
-    (every real record clipped) and C_mix = median ‖g‖ (the last two need `record_gradient`).
+    (every real record clipped) and C_mix = median ‖g‖ (the last two need `record_gradient`). `clip_norms`
+    selects a subset of these three labels (the bug zoo runs only the C at which a defect shows).
     Reference: the sensitivity bound ‖ḡ‖ ≤ C (Lemma 1). Deterministic; no false failures."""
-    inputs = {"seed": seed, "n_base": n_base, "n_gradient_records": n_gradient_records}
+    clip_norms = tuple(clip_norms)
+    if not clip_norms or not set(clip_norms) <= {"C=0.7", "C_bind", "C_mix"}:
+        raise InvalidParameter("clip_norms", clip_norms, "a non-empty subset of ('C=0.7', 'C_bind', 'C_mix')")
+    inputs = {"seed": seed, "n_base": n_base, "n_gradient_records": n_gradient_records, "tol": tol,
+              "clip_norms": list(clip_norms)}
 
     def fn():
         _need(b, "clipped_sum", "items", "make_gradient_record", "dim")
@@ -382,14 +389,18 @@ def check_sensitivity_add_remove(b: SuiteBindings, precision: str = "float64", *
 
         base = list(b.items)[:n_base]
         real_adds = list(b.additions or [])
-        Cs = {"C=0.7": 0.7}
-        if b.record_gradient is not None:
+        Cs = {"C=0.7": 0.7} if "C=0.7" in clip_norms else {}
+        if b.record_gradient is not None and {"C_bind", "C_mix"} & set(clip_norms):
             norms = [float(torch.linalg.vector_norm(_f64(b.record_gradient(it)))) for it in base + real_adds
                      if not hasattr(it, "v")]
             norms = [x for x in norms if math.isfinite(x) and x > 0]
             if norms:
-                Cs["C_bind"] = 0.25 * min(norms)
-                Cs["C_mix"] = float(np.median(norms))
+                if "C_bind" in clip_norms:
+                    Cs["C_bind"] = 0.25 * min(norms)
+                if "C_mix" in clip_norms:
+                    Cs["C_mix"] = float(np.median(norms))
+        if not Cs:
+            raise _Skip("C_bind/C_mix need record_gradient and at least one real record with a nonzero gradient")
         rng = np.random.default_rng(seed)
         gen = torch.Generator().manual_seed(seed)
         worst, worst_kind, trials, per_c = -math.inf, None, 0, {}
@@ -422,7 +433,8 @@ def check_sensitivity_add_remove(b: SuiteBindings, precision: str = "float64", *
                     worst, worst_kind = r, "removal"
             per_c[label] = {"C": C, "max_ratio_minus_one_add": worst_c["add"],
                             "max_ratio_minus_one_remove": worst_c["remove"]}
-        note = "" if "C_bind" in Cs else "; C_bind/C_mix not run (record_gradient not bound)"
+        skipped = [c for c in clip_norms if c not in Cs]
+        note = f"; {'/'.join(skipped)} not run (record_gradient not bound)" if skipped else ""
         observed = {"max_ratio_minus_one": worst, "per_C": per_c, "worst_item_kind": worst_kind,
                     "n_trials": trials}
         return {"passed": worst <= tol, "observed": observed, "expected": {"max_ratio_minus_one": "<= 0"},
@@ -553,15 +565,17 @@ def check_record_isolation(b: SuiteBindings, precision: str = "float64") -> Chec
 
 # ------------------------------------------------------------------------------------------------ V7
 
-def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64") -> CheckResult:
+def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64", *, retention_rtol: float = 1e-12
+                                 ) -> CheckResult:
     """V7 `constant_reward_groups`: advantages of all-correct and all-wrong groups are exactly 0; the two
     versions of one record give finite, bit-identical, nonzero gradients (the KL term); with LoRA at the
     reference (`reference_record_gradient`, optional) the gradient and its clip are exactly 0; retention:
-    clipped_sum(others ∪ {const}) − clipped_sum(others) = clip_C(g_const) within 1e-12·max(1, ‖·‖), nonzero.
+    clipped_sum(others ∪ {const}) − clipped_sum(others) = clip_C(g_const) within
+    retention_rtol·max(1, ‖·‖) (1e-12 in float64; V13 passes the rounding of a float32 sum), nonzero.
     Reference: eq. (2) closed form (s = 0 ⇒ A = 0) and the fixed rule "constant groups are kept" (§3.2).
     Deterministic; no false failures."""
     C = b.C
-    inputs = {"C": C, "G": b.G}
+    inputs = {"C": C, "G": b.G, "retention_rtol": retention_rtol}
 
     def fn():
         _need(b, "advantages", "record_gradient", "clipped_sum", "constant_items", "items", "C")
@@ -586,7 +600,7 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64") -
         expect = _ref_clip(g1, C)
         err = _max_abs(diff, expect)
         scale = max(1.0, float(torch.linalg.vector_norm(expect)))
-        retained = err <= 1e-12 * scale and float(diff.abs().max()) > 0
+        retained = err <= retention_rtol * scale and float(diff.abs().max()) > 0
         passed = (adv_max == 0.0 and finite and identical and gnorm > 0 and retained and ref_zero is not False)
         observed = {"adv_max_abs": adv_max, "grads_finite": finite, "grads_identical": identical,
                     "grad_norm": gnorm, "retained": retained, "retention_abs_err": err,
@@ -595,7 +609,8 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64") -
         return {"passed": passed, "observed": observed,
                 "expected": {"adv_max_abs": 0.0, "grads_identical": True, "grad_norm": "> 0", "retained": True,
                              "reference_case_zero": True},
-                "tolerance": {"retention": "1e-12·max(1, ‖clip_C(g)‖)"}, "message": str(observed) + note}
+                "tolerance": {"retention": f"{retention_rtol!r}·max(1, ‖clip_C(g)‖)"},
+                "message": str(observed) + note}
 
     return _run("constant_reward_groups", precision, "eq. (2) closed form (constant group ⇒ A = 0) and the "
                 "keep-constant-groups rule (spec §3.2), independent clip transcription", inputs, fn)
@@ -603,14 +618,22 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64") -
 
 # ------------------------------------------------------------------------------------------------ V8
 
-def check_chunk_identity(b: SuiteBindings, precision: str = "float64", *, chunk_sizes=(1, 2, 3, 4, 8)
-                         ) -> CheckResult:
+def check_chunk_identity(b: SuiteBindings, precision: str = "float64", *, chunk_sizes=(1, 2, 3, 4, 8),
+                         rel_tol: float | None = None) -> CheckResult:
     """V8 `chunk_identity`: `record_loss_and_grad(item, s, C)` for s in {1, 2, 3, 4, 8} against the unchunked
-    call, with C = 0.5·‖g_unchunked‖ (binding, so clipping each chunk separately fails). Tolerances: losses
-    rtol 1e-6 / atol 1e-7; raw gradients and clipped contributions rtol 1e-10 / atol 1e-12; the unchunked
-    clipped contribution must also equal the independent clip of the unchunked gradient (same tolerance).
+    call, with C = 0.5·‖g_unchunked‖ (binding, so clipping each chunk separately fails). Tolerances (float64,
+    `rel_tol=None`): losses rtol 1e-6 / atol 1e-7; raw gradients and clipped contributions rtol 1e-10 /
+    atol 1e-12 elementwise; the unchunked clipped contribution must also equal the independent clip of the
+    unchunked gradient (same tolerance). At a lower precision (V13) `rel_tol` replaces them: gradients and
+    clipped contributions within rel_tol in relative ℓ2 norm (‖a − b‖/‖b‖), losses within rel_tol·max(1, |ℓ|)
+    (eq. (7) is a difference of O(1) advantage terms, so its rounding error is absolute).
+
+    Also reported, never a verdict: the clip-decision flips, i.e. the (chunk size, C) cases in which
+    ‖g_chunked‖ > C differs from ‖g_unchunked‖ > C, at the tested C and at the configured `C` of the bindings.
     Deterministic; no false failures."""
-    inputs = {"chunk_sizes": list(chunk_sizes)}
+    if rel_tol is not None and not (isinstance(rel_tol, float) and 0 < rel_tol < 1):
+        raise InvalidParameter("rel_tol", rel_tol, "None or a float in (0, 1)")
+    inputs = {"chunk_sizes": list(chunk_sizes), "rel_tol": rel_tol}
 
     def fn():
         _need(b, "record_loss_and_grad")
@@ -623,29 +646,51 @@ def check_chunk_identity(b: SuiteBindings, precision: str = "float64", *, chunk_
         assert_no_dropout(b.model)
         loss0, g0, _ = b.record_loss_and_grad(item, None, math.inf)
         g0 = _f64(g0)
-        C = 0.5 * float(torch.linalg.vector_norm(g0))
+        norm0 = float(torch.linalg.vector_norm(g0))
+        C = 0.5 * norm0
         if not C > 0:
             raise ValueError("the unchunked gradient is zero; V8 needs a record with a nonzero gradient")
         loss0, g0b, clip0 = b.record_loss_and_grad(item, None, C)
         loss0 = float(loss0)
+        tested_C = {"C": C} if b.C is None else {"C": C, "configured_C": float(b.C)}
 
         def close(a, ref, rtol, atol):
             a, ref = _f64(a), _f64(ref)
             return bool(((a - ref).abs() <= atol + rtol * ref.abs()).all())
 
-        ok = close(clip0, _ref_clip(g0, C), 1e-10, 1e-12) and close(g0b, g0, 1e-10, 1e-12)
-        per = {}
+        def rel(a, ref):
+            a, ref = _f64(a), _f64(ref)
+            den = float(torch.linalg.vector_norm(ref))
+            num = float(torch.linalg.vector_norm(a - ref))
+            return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+        if rel_tol is None:
+            ok = close(clip0, _ref_clip(g0, C), 1e-10, 1e-12) and close(g0b, g0, 1e-10, 1e-12)
+        else:
+            ok = rel(clip0, _ref_clip(g0, C)) <= rel_tol and rel(g0b, g0) <= rel_tol
+        per, flips = {}, 0
         for s in chunk_sizes:
             loss, g, cl = b.record_loss_and_grad(item, s, C)
             loss = float(loss)
+            norm_s = float(torch.linalg.vector_norm(_f64(g)))
+            flips_s = sum((norm_s > c) != (norm0 > c) for c in tested_C.values())
+            flips += flips_s
             per[s] = {"loss_max_abs_diff": abs(loss - loss0), "grad_max_abs_diff": _max_abs(g, g0),
-                      "clipped_max_abs_diff": _max_abs(cl, clip0)}
-            ok &= abs(loss - loss0) <= 1e-7 + 1e-6 * abs(loss0)
-            ok &= close(g, g0, 1e-10, 1e-12) and close(cl, clip0, 1e-10, 1e-12)
-        return {"passed": ok, "observed": {"per_chunk_size": per, "C": C}, "expected": "chunked = unchunked",
-                "tolerance": {"loss": {"rtol": 1e-6, "atol": 1e-7}, "grad_and_clipped": {"rtol": 1e-10,
-                                                                                       "atol": 1e-12}},
-                "message": str(per)}
+                      "clipped_max_abs_diff": _max_abs(cl, clip0), "grad_rel_diff": rel(g, g0),
+                      "clipped_rel_diff": rel(cl, clip0), "clip_decision_flips": flips_s}
+            if rel_tol is None:
+                ok &= abs(loss - loss0) <= 1e-7 + 1e-6 * abs(loss0)
+                ok &= close(g, g0, 1e-10, 1e-12) and close(cl, clip0, 1e-10, 1e-12)
+            else:
+                ok &= abs(loss - loss0) <= rel_tol * max(1.0, abs(loss0))
+                ok &= per[s]["grad_rel_diff"] <= rel_tol and per[s]["clipped_rel_diff"] <= rel_tol
+        tolerance = ({"loss": {"rtol": 1e-6, "atol": 1e-7}, "grad_and_clipped": {"rtol": 1e-10, "atol": 1e-12}}
+                     if rel_tol is None else {"loss": f"{rel_tol!r}·max(1, |loss|)",
+                                              "grad_and_clipped_relative_l2": rel_tol})
+        observed = {"per_chunk_size": per, "C": C, "tested_C": tested_C, "clip_decision_flips": flips,
+                    "max_grad_rel_diff": max(p["grad_rel_diff"] for p in per.values()) if per else 0.0}
+        return {"passed": ok, "observed": observed, "expected": "chunked = unchunked", "tolerance": tolerance,
+                "message": f"{flips} clip-decision flip(s) at {tested_C}; " + str(per)}
 
     return _run("chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), spec §3.2 line 6); clip "
                 "after accumulation (independent clip transcription)", inputs, fn)
@@ -654,12 +699,15 @@ def check_chunk_identity(b: SuiteBindings, precision: str = "float64", *, chunk_
 # ------------------------------------------------------------------------------------------------ V9
 
 def check_public_normalisation(b: SuiteBindings, precision: str = "float64", *, n: int = 16, q: float = 0.25,
-                               k: int = 3, C: float = 1.0) -> CheckResult:
+                               k: int = 3, C: float = 1.0, ulp_dtype: str = "float64") -> CheckResult:
     """V9 `public_normalisation`: with σ = 0, n = 16, q = 0.25 (q·n = 4), x a GradientRecord with norm 0.5·C
     (so v = x exactly) and k = 3 zero GradientRecords: noisy_update([x]) and noisy_update([x, z1, z2, z3]) are
-    bit-identical and within 2 ulp of v/(q·n) elementwise. Reference: closed form v/(q·n) with the public
-    divisor (spec §3.2 line 8). Deterministic; no false failures."""
-    inputs = {"n": n, "q": q, "k": k, "C": C, "sigma": 0.0}
+    bit-identical and within 2 ulp of v/(q·n) elementwise, ulp of `ulp_dtype` (the update's dtype: float64
+    here, float32 in V13, where v itself is rounded to float32 on the way in). Reference: closed form v/(q·n)
+    with the public divisor (spec §3.2 line 8). Deterministic; no false failures."""
+    if ulp_dtype not in ("float64", "float32"):
+        raise InvalidParameter("ulp_dtype", ulp_dtype, "'float64' or 'float32'")
+    inputs = {"n": n, "q": q, "k": k, "C": C, "sigma": 0.0, "ulp_dtype": ulp_dtype}
 
     def fn():
         _need(b, "noisy_update", "make_gradient_record", "dim")
@@ -674,7 +722,8 @@ def check_public_normalisation(b: SuiteBindings, precision: str = "float64", *, 
         gb = b.noisy_update([x] + zeros, sigma=0.0, C=C, q=q, n=n)
         identical = bool(torch.equal(ga, gb))
         expect = v / (q * n)
-        ulp = torch.finfo(torch.float64).eps * expect.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        fi = torch.finfo(getattr(torch, ulp_dtype))
+        ulp = fi.eps * expect.abs().clamp_min(fi.tiny)
         ulps = float(((_f64(ga) - expect).abs() / ulp).max())
         ulps_b = float(((_f64(gb) - expect).abs() / ulp).max())
         passed = identical and ulps <= 2 and ulps_b <= 2
@@ -881,6 +930,78 @@ def check_accountant_reference(b: SuiteBindings, precision: str = "float64", *, 
                 "(spec §5.5) and the JAX-Privacy reference (3.77)", inputs, fn)
 
 
+# ----------------------------------------------------------------------------------------------- V13
+
+PREFLIGHT_CHECKS = ("sensitivity_add_remove", "record_isolation", "constant_reward_groups", "chunk_identity",
+                    "public_normalisation")
+# Spec §7.2 V13. The base weights are in the named precision; LoRA, gradients, clip, noise and the update are
+# float32 in both, so V3's ratio, V7's retention (a difference of two float32 sums) and V9's ulp are float32
+# quantities; only V8's chunked-vs-unchunked gradient difference feels the bfloat16 base.
+PREFLIGHT_TOLERANCES = {
+    "float32": {"v3_ratio_minus_one": 1e-6, "v7_retention_rtol": 1e-5, "v8_rel": 1e-5, "v9_ulp_dtype": "float32"},
+    "bfloat16": {"v3_ratio_minus_one": 1e-6, "v7_retention_rtol": 1e-5, "v8_rel": 5e-2, "v9_ulp_dtype": "float32"},
+}
+_V3_OPTIONS = ("seed", "n_base", "n_gradient_records", "clip_norms")
+
+
+def _check_precision_of_model(model, precision: str) -> str:
+    """The model's dtypes must match `precision`: float32 trainable tensors, and frozen floating tensors in the
+    base precision. Returns a note ("" or why nothing was verified); raises `InvalidParameter` on a mismatch."""
+    if model is None:
+        return "dtypes not verified (no model bound)"
+    import torch
+
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    if not params:
+        return "dtypes not verified (model has no torch parameters)"
+    trainable = {str(p.dtype).replace("torch.", "") for p in params if p.requires_grad}
+    frozen = {str(p.dtype).replace("torch.", "") for p in params if not p.requires_grad and p.is_floating_point()}
+    if trainable != {"float32"} or not frozen <= {precision}:
+        raise InvalidParameter("precision", precision, f"the model's dtypes: trainable {sorted(trainable)} must be "
+                               f"['float32'], frozen {sorted(frozen)} must be [{precision!r}]")
+    return ""
+
+
+def precision_preflight(b: SuiteBindings, precision: str, *, v3_options: dict | None = None) -> list[CheckResult]:
+    """V13 `precision_preflight`: rerun V3, V6, V7, V8 and V9 on bindings built at a lower precision.
+
+    `precision` is "float32" (everything float32) or "bfloat16" (base weights bfloat16; LoRA, gradients, clip,
+    noise and optimizer float32); `b` must be bound to such a build (the model's dtypes are verified when
+    `b.model` is a torch module). Tolerances (spec §7.2): V3 ratio ≤ 1 + 1e-6 (one float32 ulp is 1.2e-7);
+    V6 bit identity; V7 exact zero advantages, bit-identical constant-group gradients, retention within
+    1e-5·max(1, ‖·‖) (float32 sums); V8 relative gradient difference ≤ 1e-5 (float32) or ≤ 5e-2 (bfloat16),
+    with the clip-decision flips at the tested C reported; V9 bit identity across batch sizes and 2 float32 ulp.
+    `v3_options` passes `seed`, `n_base`, `n_gradient_records` or `clip_norms` to V3 (its tolerance is fixed).
+
+    Returns one `CheckResult` per check, named `precision_preflight.<precision>.<check>`, with `precision` set,
+    so that they are never merged with the float64 results. Bad input raises `InvalidParameter` before any check
+    runs; a model with dropout raises `DropoutEnabled`."""
+    if precision not in PREFLIGHT_TOLERANCES:
+        raise InvalidParameter("precision", precision, f"one of {tuple(PREFLIGHT_TOLERANCES)}")
+    v3_options = dict(v3_options or {})
+    unknown = sorted(set(v3_options) - set(_V3_OPTIONS))
+    if unknown:
+        raise InvalidParameter("v3_options", unknown, f"keys among {_V3_OPTIONS}")
+    if not isinstance(b, SuiteBindings):
+        raise InvalidParameter("bindings", type(b).__name__, "a SuiteBindings")
+    note = _check_precision_of_model(b.model, precision)
+    assert_no_dropout(b.model)
+    tol = PREFLIGHT_TOLERANCES[precision]
+    results = [
+        check_sensitivity_add_remove(b, precision, tol=tol["v3_ratio_minus_one"], **v3_options),
+        check_record_isolation(b, precision),
+        check_constant_reward_groups(b, precision, retention_rtol=tol["v7_retention_rtol"]),
+        check_chunk_identity(b, precision, rel_tol=tol["v8_rel"]),
+        check_public_normalisation(b, precision, ulp_dtype=tol["v9_ulp_dtype"]),
+    ]
+    out = []
+    for r in results:
+        message = f"{r.message}; {note}" if note else r.message
+        out.append(dataclasses.replace(r, name=f"precision_preflight.{precision}.{r.name}", message=message,
+                                       inputs={**r.inputs, "preflight_precision": precision}))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ suite
 
 CHECKS: dict[str, Callable[..., CheckResult]] = {
@@ -905,5 +1026,6 @@ def run_suite(bindings: SuiteBindings, precision: str = "float64") -> list[Check
     return [check(bindings, precision) for check in CHECKS.values()]
 
 
-__all__ = ["SuiteBindings", "DropoutEnabled", "CHECKS", "run_suite", "assert_no_dropout"] + [
+__all__ = ["SuiteBindings", "DropoutEnabled", "CHECKS", "run_suite", "assert_no_dropout", "precision_preflight",
+           "PREFLIGHT_CHECKS", "PREFLIGHT_TOLERANCES"] + [
     f.__name__ for f in CHECKS.values()]

@@ -1,12 +1,21 @@
-"""pytest plugin exposing the dpgrpo checks V1–V12 (spec §8).
+"""pytest plugin exposing the dpgrpo checks V1–V12 (spec shared/spec/dpgrpo.md §8).
 
-Use: ``pytest -p privcheck.checks.pytest_plugin --privcheck`` (or register it through a ``pytest11`` entry
-point). Override the ``privcheck_bindings`` fixture in your **rootdir** ``conftest.py`` to return your
-`SuiteBindings`; ``--privcheck`` then collects one test per check, ``privcheck[<check name>]``. A check whose
-bindings are missing is reported as *skipped* with its reason; a failing or erroring check fails the test.
+Registered through the ``pytest11`` entry point named ``privcheck.checks.pytest_plugin``, i.e. this module's own
+name: an explicit ``-p privcheck.checks.pytest_plugin`` (needed only under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``) or
+``pytest_plugins = ["privcheck.checks.pytest_plugin"]`` names the same plugin, which pytest then loads once
+(registered under another name, the module would be loaded twice and its ``--privcheck`` option clash).
+
+Guarantees: without ``--privcheck`` the plugin is inert. Importing it imports nothing beyond pytest (the checks,
+and with them torch and the accountant, are imported only when a check runs); it adds no test, changes no test's
+outcome, and its only standing effect is a default ``privcheck_bindings`` fixture that nothing else requests.
+
+Use: override the ``privcheck_bindings`` fixture in your **rootdir** ``conftest.py`` to return your
+`privcheck.checks.dpsgd.SuiteBindings` and run ``pytest --privcheck``: one test per check is collected,
+``privcheck[<check name>]``. A check whose bindings are missing is reported as *skipped* with its reason (never
+as passed); a failing or erroring check fails its test.
 
 Alternatively import the provided test function into any test module (it is parametrised over the checks by
-this plugin's ``pytest_generate_tests``)::
+this plugin's ``pytest_generate_tests``, with or without ``--privcheck``)::
 
     from privcheck.checks.pytest_plugin import privcheck_test as test_privcheck  # noqa: F401
 """
@@ -15,16 +24,19 @@ from __future__ import annotations
 
 import pytest
 
-from privcheck.checks import dpsgd
 
-CHECK_NAMES = tuple(dpsgd.CHECKS)
+def check_names() -> tuple[str, ...]:
+    """Names of the checks V1–V12, in suite order (imports the checks module)."""
+    from privcheck.checks import dpsgd
+
+    return tuple(dpsgd.CHECKS)
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("privcheck")
     group.addoption("--privcheck", action="store_true", default=False,
                     help="collect one test per privcheck dpgrpo check (V1–V12) against the `privcheck_bindings` "
-                         "fixture")
+                         "fixture of the rootdir conftest.py")
 
 
 @pytest.fixture
@@ -36,6 +48,8 @@ def privcheck_bindings():
 
 def run_check(name: str, bindings):
     """Run one check and translate its status: skipped → pytest.skip(reason), fail/error → pytest.fail."""
+    from privcheck.checks import dpsgd
+
     if not isinstance(bindings, dpsgd.SuiteBindings):
         pytest.fail(f"privcheck_bindings must return SuiteBindings, got {type(bindings).__name__}", pytrace=False)
     result = dpsgd.CHECKS[name](bindings)
@@ -54,13 +68,14 @@ def privcheck_test(privcheck_check, privcheck_bindings):
 
 def pytest_generate_tests(metafunc):
     if "privcheck_check" in metafunc.fixturenames:
-        metafunc.parametrize("privcheck_check", CHECK_NAMES, ids=CHECK_NAMES)
+        names = check_names()
+        metafunc.parametrize("privcheck_check", names, ids=names)
 
 
 def pytest_collection_modifyitems(session, config, items):
     if not config.getoption("privcheck", default=False):
         return
-    for name in CHECK_NAMES:
+    for name in check_names():
         def _test(privcheck_bindings, _name=name):
             run_check(_name, privcheck_bindings)
 

@@ -20,6 +20,7 @@ from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.records import GradientRecord
 from privcheck import accounting as acc
 from privcheck.checks.dpsgd import SuiteBindings
+from tests.bug_zoo.dpgrpo_variants import sigma_rounded_down  # noqa: F401 - the zoo's accountant row, shared
 
 V, R, BETA = 11, 3, 0.04
 
@@ -370,11 +371,3 @@ class GroupSumLoss(Reference):
 
     def prompt_loss(self, logp, ref_logp, adv, mask, beta, rollout_slice=None):
         return super().prompt_loss(logp, ref_logp, adv, mask, beta, rollout_slice) * adv.shape[0]
-
-
-def sigma_rounded_down(calibrate):
-    """Wrapped accountant: stores σ rounded down to 3 decimals (→ V12 calibration)."""
-    def wrapped(q, T, delta, target):
-        c = calibrate(q, T, delta, target)
-        return math.floor(float(c.value if hasattr(c, "value") else c) * 1000) / 1000
-    return wrapped

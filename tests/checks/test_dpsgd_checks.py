@@ -1,12 +1,15 @@
-"""The dpgrpo checks V1–V12: pass on the reference binding, fail on each bug-zoo variant, skip on missing
-bindings, report errors for raising callables, and refuse models with dropout."""
+"""The dpgrpo checks V1–V12: pass on the reference binding, fail on each binding-level broken variant, skip on
+missing bindings, report errors for raising callables, and refuse models with dropout; and the pytest plugin
+(`pytest --privcheck`, registered through the `pytest11` entry point). The trainer-level bug zoo is in
+tests/bug_zoo/test_dpgrpo_zoo.py."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
+import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import torch
 from privcheck import accounting as acc
 from privcheck.checks import dpsgd
 from privcheck.checks.dpsgd import SuiteBindings
+from privcheck.errors import InvalidParameter
 from tests.checks import reference_bindings as rb
 
 FAST_V12 = {"rows": ["math_eps4.23", "math_canary_rank4"], "calibration_rows": ("math_eps8_reference",)}
@@ -114,11 +118,28 @@ BUGS = [
 ]
 
 
+# The reference passes V3 with every record and clip norm (above); the per-completion defect shows at C_bind,
+# so its run uses fewer records there (the full search costs ~35 s on 2 cores).
+BUG_OPTIONS = {"sensitivity_add_remove": {"n_base": 3, "n_gradient_records": 3, "clip_norms": ("C_bind",)}}
+
+
 @pytest.mark.parametrize("variant,check", BUGS, ids=[f"{v.__name__}-{c}" for v, c in BUGS])
 def test_bug_variant_fails_its_check(variant, check):
     b = variant().bindings(with_accountant=False)
-    r = _run(dpsgd.CHECKS[check], b)
+    if check == "sensitivity_add_remove":
+        b = dataclasses.replace(b, additions=list(b.additions)[:4])
+    r = _run(dpsgd.CHECKS[check], b, **BUG_OPTIONS.get(check, {}))
     assert r.status == "fail", (r.status, r.message)
+
+
+def test_v3_options_select_clip_norms(reference):
+    r = _run(dpsgd.check_sensitivity_add_remove, reference, n_base=3, n_gradient_records=2, clip_norms=("C_mix",))
+    assert r.status == "pass" and set(r.observed["per_C"]) == {"C_mix"}
+    assert r.observed["n_trials"] == len(reference.additions) + 2 + 1 + 3   # + 2 + 1 gradient records, 3 removals
+    with pytest.raises(InvalidParameter, match="clip_norms"):
+        dpsgd.check_sensitivity_add_remove(reference, clip_norms=("C=1",))
+    no_grad = dataclasses.replace(reference, record_gradient=None)
+    assert _run(dpsgd.check_sensitivity_add_remove, no_grad, clip_norms=("C_bind",)).status == "skipped"
 
 
 def test_bug_details():
@@ -199,47 +220,95 @@ def test_checks_import_without_torch():
 
 
 # ------------------------------------------------------------------------------------------ pytest plugin
+# A user's project: a rootdir conftest.py returning SuiteBindings, and `pytest --privcheck` (the plugin comes from
+# the installed `pytest11` entry point, no `-p`). Cheap bindings (a clip only) keep each run at a few seconds; the
+# checks themselves are tested above, the plugin only has to map their statuses onto pytest outcomes.
 
 CONFTEST = """
-    import sys, pytest
-    sys.path.insert(0, {root!r})
-    from tests.checks import reference_bindings as rb
-    @pytest.fixture
-    def privcheck_bindings():
-        return rb.SkipConstantGroups().bindings(with_accountant=False)
+import math, pytest, torch
+from privcheck.checks.dpsgd import SuiteBindings
+
+def good_clip(v, C):
+    norm = float(torch.linalg.vector_norm(v.double()))
+    if not bool(torch.isfinite(v).all()) or not math.isfinite(norm):
+        return torch.zeros_like(v)
+    return v * (C / norm) if norm > C else v.clone()
+
+def passthrough_clip(v, C):                 # broken: NaN/inf gradients enter the sum
+    return v.clone() if not bool(torch.isfinite(v).all()) else good_clip(v, C)
+
+def raising_clip(v, C):
+    raise RuntimeError("boom from the user's clip")
+
+@pytest.fixture
+def privcheck_bindings():
+    return SuiteBindings(clip={clip}, C=1.0, dim=16)
 """
+PLUGIN = "privcheck.checks.pytest_plugin"
+
+
+def _project(tmp_path, clip=None):
+    if clip is not None:
+        (tmp_path / "conftest.py").write_text(CONFTEST.format(clip=clip))
+    (tmp_path / "test_own.py").write_text("def test_own():\n    assert 1 + 1 == 2\n")
+    return tmp_path
 
 
 def _pytest(tmp_path, *args):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "privcheck.checks.pytest_plugin", "-rs", "-q",
-                           "-p", "no:cacheprovider", f"--rootdir={tmp_path}", *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rfEs", "-q", "-p", "no:cacheprovider",
+                           f"--rootdir={tmp_path}", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_plugin_collects_one_test_per_check(tmp_path):
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST.format(root=str(Path(__file__).parents[2]))))
-    rc, out = _pytest(tmp_path, "--privcheck")
-    assert rc == 1, out
-    assert "1 failed, 10 passed, 1 skipped" in out, out
-    assert "privcheck[constant_reward_groups]" in out
+def test_plugin_registered_as_pytest11_entry_point():
+    (ep,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == PLUGIN]
+    assert ep.name == PLUGIN  # same name as the module: `-p privcheck.checks.pytest_plugin` is the same plugin
+
+
+def test_plugin_import_is_cheap():
+    code = (f"import sys, {PLUGIN}\n"
+            "heavy = [m for m in ('torch', 'privcheck.checks.dpsgd', 'privcheck.accounting', 'dp_accounting')"
+            " if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_plugin_collects_one_test_per_check_and_reports_skips(tmp_path):
+    rc, out = _pytest(_project(tmp_path, "good_clip"), "--privcheck")
+    assert rc == 0, out
+    assert "2 passed, 11 skipped" in out, out     # the project's own test and clip_contract; 11 unbound checks
+    for name in dpsgd.CHECKS:
+        if name != "clip_contract":
+            assert f"{name}: skipped: missing binding(s)" in out, (name, out)
     assert "accountant_reference: skipped: missing binding(s): epsilon_pld" in out
 
 
+@pytest.mark.parametrize("clip,status,extra", [
+    ("passthrough_clip", "fail", ()),
+    ("raising_clip", "error", ("-p", PLUGIN)),   # an explicit -p names the entry point: loaded once, no clash
+])
+def test_plugin_fails_on_a_broken_binding(tmp_path, clip, status, extra):
+    rc, out = _pytest(_project(tmp_path, clip), *extra, "--privcheck")
+    assert rc == 1, out
+    assert "1 failed, 1 passed, 11 skipped" in out, out
+    assert "FAILED ::privcheck[clip_contract]" in out and f"privcheck clip_contract {status}" in out, out
+
+
+def test_plugin_inert_without_option(tmp_path):
+    rc, out = _pytest(_project(tmp_path, "passthrough_clip"))
+    assert rc == 0 and "1 passed in" in out and "privcheck" not in out, out
+
+
 def test_plugin_without_override_fails_with_instructions(tmp_path):
-    rc, out = _pytest(tmp_path, "--privcheck")
-    assert rc == 1 and "12 error" in out, out
+    rc, out = _pytest(_project(tmp_path), "--privcheck")
+    assert rc == 1 and "12 errors" in out, out
     assert "conftest.py" in out
 
 
-def test_plugin_inactive_without_option(tmp_path):
-    rc, out = _pytest(tmp_path)
-    assert rc == 5, out  # no tests collected
-
-
 def test_plugin_provided_test_function(tmp_path):
-    (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST.format(root=str(Path(__file__).parents[2]))))
-    (tmp_path / "test_mine.py").write_text(
-        "from privcheck.checks.pytest_plugin import privcheck_test as test_privcheck  # noqa: F401\n")
+    _project(tmp_path, "passthrough_clip")
+    (tmp_path / "test_mine.py").write_text(f"from {PLUGIN} import privcheck_test as test_privcheck  # noqa: F401\n")
     rc, out = _pytest(tmp_path, "test_mine.py")
-    assert rc == 1 and "1 failed, 10 passed, 1 skipped" in out, out
+    assert rc == 1 and "1 failed, 11 skipped" in out, out

@@ -1,130 +1,26 @@
 """The dpgrpo verification suite on the production `DPTrainer` (spec shared/spec/dpgrpo.md §7, §8).
 
-`run_suite()` must pass every check V1–V12 on the float64 reference fixture; broken `DPTrainer` subclasses, each
-overriding ONE production method with a bug-zoo defect (§8 table), bound through `bindings_for`, must fail their
-designated check. The defects are written here from the bug descriptions, not from the check code.
+`run_suite()` must pass every check V1–V12 on the float64 reference fixture, followed by V13 (the precision
+preflight: V3, V6, V7, V8, V9 on the tiny Qwen2 in float32 and with a bfloat16 base), whose results carry their
+precision and are never merged with the float64 ones. The broken `DPTrainer` subclasses of the bug zoo and the
+checks they fail are in tests/bug_zoo/ (test_dpgrpo_zoo.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from mechanisms.dpgrpo import core
-from mechanisms.dpgrpo.records import GradientRecord
-from mechanisms.dpgrpo.trainer import DPTrainer
-from mechanisms.dpgrpo.verify import REFERENCE, reference_fixture, reference_setup, run_suite
+from mechanisms.dpgrpo.verify import (PREFLIGHT, REFERENCE, preflight_fixture, preflight_setup, reference_fixture,
+                                      reference_setup, run_suite)
 from privcheck.checks import dpsgd
+from privcheck.errors import InvalidParameter
+from tests.bug_zoo.dpgrpo_variants import ClipPerChunk
 
 SEED = 0
-
-
-# ------------------------------------------------------------------------------------------ bug zoo
-
-def _chunk_gradients(trainer, record, group, chunk_size):
-    """Per-chunk gradients of eq. (7) (each chunk's share of ℓ_i, summing to the record gradient)."""
-    ctx = trainer.ctx
-    adv = trainer.arm.advantages(group.rewards, ctx.c)
-    prompt = ctx.prompt_ids(record)
-    out = []
-    for S in ctx.chunks(group.G, chunk_size):
-        ctx.space.zero_grad()
-        with torch.no_grad(), ctx.reference():
-            ref = ctx.logprobs(ctx.model, prompt, group.token_ids[S])
-        logp = ctx.logprobs(ctx.model, prompt, group.token_ids[S])
-        core.prompt_loss(logp, ref, group.mask[S], adv, ctx.beta, rollout_slice=S).backward()
-        out.append(core.flatten_grads(ctx.space))
-    ctx.space.zero_grad()
-    return out
-
-
-class RealisedBatchDivisor(DPTrainer):
-    """Divides by the realised batch size instead of the public q·n."""
-
-    def noisy_update(self, items):
-        items = list(items)
-        S = self.clipped_sum(items)
-        cfg = self.config
-        z = 0 if cfg.sigma == 0 else torch.randn(S.shape, generator=self.randomness.noise, dtype=S.dtype) * (
-            cfg.sigma * cfg.C)
-        return (S + z) / max(1, len(items))
-
-
-class NoiseSigmaOnly(DPTrainer):
-    """z ~ N(0, σ²I) instead of N(0, σ²C²I)."""
-
-    def privatize(self, S):
-        cfg = self.config
-        z = torch.randn(S.shape, generator=self.randomness.noise, dtype=S.dtype) * cfg.sigma
-        return (S + z) / (cfg.q * cfg.n)
-
-
-class _ClipPieces(DPTrainer):
-    """Clips pieces of a prompt's gradient (chunks of `piece_size` rollouts) and sums them."""
-
-    piece_size = None   # None: the configured chunk_size
-
-    def contributions(self, items):
-        out = []
-        for item in items:
-            rec, group = self._unpack(item)
-            if group is None:
-                out.append(self.clip(self.record_gradient(rec)))
-            else:
-                out.append(sum(self.clip(g) for g in _chunk_gradients(self, rec, group, self.piece_size)))
-        return out
-
-
-class ClipPerChunk(_ClipPieces):
-    """Clips each rollout chunk (config.chunk_size) before accumulating."""
-
-
-class PerCompletionClip(_ClipPieces):
-    """Each completion's gradient clipped to C, then summed."""
-
-    piece_size = 1
-
-
-class SkipConstantGroups(DPTrainer):
-    """Drops records whose group rewards are constant."""
-
-    def contributions(self, items):
-        keep = [it for it in items if isinstance(it, GradientRecord) or it[1] is None
-                or not bool((it[1].rewards == it[1].rewards[0]).all())]
-        return super().contributions(keep)
-
-
-class ShuffledFixedBatches(DPTrainer):
-    """Shuffles the slots and takes a fixed batch of round(q·n)."""
-
-    def sample_coins(self):
-        n = self.config.n
-        perm = torch.randperm(n, generator=self.randomness.coins)
-        out = torch.zeros(n, dtype=torch.bool)
-        out[perm[:max(1, round(self.config.q * n))]] = True
-        return out
-
-
-class ReusedSeededNoise(DPTrainer):
-    """Re-seeds the noise generator with a fixed seed at every draw."""
-
-    def privatize(self, S):
-        cfg = self.config
-        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, cfg.n, torch.Generator().manual_seed(42),
-                              nonprivate=self.nonprivate)
-
-
-ZOO = [
-    (RealisedBatchDivisor, dpsgd.check_public_normalisation, "identical_across_batch_sizes"),
-    (NoiseSigmaOnly, dpsgd.check_noise_calibration, "std_ratio"),
-    (ClipPerChunk, dpsgd.check_chunk_identity, None),
-    (PerCompletionClip, dpsgd.check_sensitivity_add_remove, "max_ratio_minus_one"),
-    (SkipConstantGroups, dpsgd.check_constant_reward_groups, "retained"),
-    (ShuffledFixedBatches, dpsgd.check_poisson_sampling, "max_freq_error"),
-    (ReusedSeededNoise, dpsgd.check_fresh_randomness, "noise_corr_within_run"),
-]
 
 
 # ------------------------------------------------------------------------------------------ fixtures
@@ -147,13 +43,41 @@ def shared_fixture():
 
 def test_reference_trainer_passes_every_check(suite_result):
     assert suite_result.name == "dpgrpo" and suite_result.randomness == "seeded"
-    names = [c.name for c in suite_result.checks]
-    assert names == list(dpsgd.CHECKS)  # V1–V12, in order, none missing
-    bad = {c.name: (c.status, c.message[:400]) for c in suite_result.checks if c.status != "pass"}
+    float64 = [c for c in suite_result.checks if c.precision == "float64"]
+    assert [c.name for c in float64] == list(dpsgd.CHECKS)  # V1–V12, in order, none missing
+    assert suite_result.checks[:len(float64)] == float64
+    bad = {(c.name, c.precision): (c.status, c.message[:400]) for c in suite_result.checks if c.status != "pass"}
     assert bad == {}
-    for c in suite_result.checks:
-        assert c.precision == "float64"
+    for c in float64:
         assert "not run" not in c.message and "not compared" not in c.message, (c.name, c.message)
+
+
+def test_preflight_records_are_separate_per_precision(suite_result):
+    """V13: five reruns per lower precision, named apart from the float64 checks, precision set."""
+    rest = suite_result.checks[len(dpsgd.CHECKS):]
+    expect = [(f"precision_preflight.{p}.{name}", p)
+              for p in ("float32", "bfloat16") for name in dpsgd.PREFLIGHT_CHECKS]
+    assert [(c.name, c.precision) for c in rest] == expect
+    assert not {c.name for c in rest} & set(dpsgd.CHECKS)
+    for c in rest:
+        assert c.to_json()["precision"] == c.precision and c.inputs["preflight_precision"] == c.precision
+        assert "not run" not in c.message, (c.name, c.message)
+
+
+def test_preflight_measurements_within_spec_tolerances(suite_result):
+    by = {(c.name.split(".")[-1], c.precision): c for c in suite_result.checks if c.name.startswith("precision_")}
+    for precision, v8_tol in (("float32", 1e-5), ("bfloat16", 5e-2)):
+        v3 = by["sensitivity_add_remove", precision]
+        assert v3.tolerance == {"max_ratio_minus_one": 1e-6} and v3.observed["max_ratio_minus_one"] <= 1e-6
+        assert set(v3.observed["per_C"]) == {"C=0.7", "C_bind", "C_mix"}
+        v8 = by["chunk_identity", precision]
+        assert v8.tolerance["grad_and_clipped_relative_l2"] == v8_tol
+        assert v8.observed["max_grad_rel_diff"] <= v8_tol
+        assert isinstance(v8.observed["clip_decision_flips"], int) and v8.observed["clip_decision_flips"] >= 0
+        assert by["record_isolation", precision].observed["trainer_level_identical"] is True
+        assert by["constant_reward_groups", precision].observed["adv_max_abs"] == 0.0
+        v9 = by["public_normalisation", precision]
+        assert v9.inputs["ulp_dtype"] == "float32" and v9.observed["max_ulp_vs_public_divisor"] <= 2
 
 
 def test_reference_measurements_are_informative(suite_result):
@@ -194,11 +118,48 @@ def test_bindings_use_production_entry_points(shared_fixture):
     torch.testing.assert_close(b.clipped_sum(items, 0.01), expect, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("cls,check,key", ZOO, ids=[z[0].__name__ for z in ZOO])
-def test_broken_trainer_fails_designated_check(shared_fixture, cls, check, key):
-    _, b = reference_setup(SEED, cls, fixture=shared_fixture)
-    assert b.target.endswith(cls.__name__)
-    res = check(b, "float64")
-    assert res.status == "fail", (res.status, res.message[:600])
-    if key is not None:
-        assert key in res.observed
+# ------------------------------------------------------------------------------------------ V13
+
+@pytest.fixture(scope="module")
+def float32_fixture():
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)   # as run_suite does: the checks' bit-identity tests assume deterministic kernels
+    torch.use_deterministic_algorithms(True)
+    R = PREFLIGHT
+    yield preflight_fixture("float32", n_records=R["n_base"] + R["n_additions"] + 1, G=R["G"], L_max=R["L_max"],
+                            seed=SEED)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(deterministic)
+
+
+def test_preflight_fixture_precisions():
+    """float32 base and LoRA; bfloat16 base with float32 LoRA; every dropout 0; no other precision."""
+    for precision, base in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        model = preflight_fixture(precision, n_records=1)[0]
+        assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+        assert {p.dtype for p in model.parameters() if not p.requires_grad} == {base}
+        dpsgd.assert_no_dropout(model)
+    with pytest.raises(InvalidParameter, match="precision"):
+        preflight_fixture("float16")
+
+
+def test_preflight_rejects_bad_input_before_running(float32_fixture):
+    _, b = preflight_setup("float32", SEED, fixture=float32_fixture)
+    calls = []
+    spy = dataclasses.replace(b, clipped_sum=lambda *a, **k: calls.append(a))
+    with pytest.raises(InvalidParameter, match="precision"):
+        dpsgd.precision_preflight(spy, "float16")
+    with pytest.raises(InvalidParameter, match="precision"):   # float32 bindings declared as bfloat16
+        dpsgd.precision_preflight(spy, "bfloat16")
+    with pytest.raises(InvalidParameter, match="v3_options"):
+        dpsgd.precision_preflight(spy, "float32", v3_options={"tol": 1.0})
+    assert calls == []
+
+
+def test_preflight_catches_clipping_per_chunk_in_float32(float32_fixture):
+    """V13 can fail: the clip-per-chunk variant (tests/bug_zoo) fails the float32 V8 and nothing else."""
+    _, b = preflight_setup("float32", SEED, ClipPerChunk, fixture=float32_fixture)
+    results = dpsgd.precision_preflight(b, "float32", v3_options={"n_gradient_records": 2, "clip_norms": ("C_bind",)})
+    status = {r.name: r.status for r in results}
+    assert status.pop("precision_preflight.float32.chunk_identity") == "fail"
+    assert set(status.values()) == {"pass"}, status
