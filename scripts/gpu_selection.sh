@@ -28,40 +28,9 @@
 # ~20 ms of Python/launch overhead, so ~2-3 s per call, ~2-3 min in all; scoring 131,072 sequences × 96
 # tokens (12.6M tokens, ~12.5 PFLOP) takes under a minute. Start-up and model init add ~30 s. The
 # guard stops before a chunk that would pass 420 s (status "incomplete"), so the run ends within ~8 min.
-set -u -o pipefail
-OUT="${OUT:-$PWD/gpu_selection_out}"
-mkdir -p "$OUT"
-LOG="$OUT/gpu_selection.log"
-PY=python3
-export PYTHONUNBUFFERED=1
-log() { echo "[gpu_selection] $*" | tee -a "$LOG"; }
+GPU_JOB=gpu_selection
+source "$(dirname "$0")/gpu_setup.sh"
 
-if ! $PY -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >>"$LOG" 2>&1; then
-  log "torch with CUDA is not available here (no torch, a CPU-only build, or no GPU); not downloading wheels"
-  exit 3
-fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$LOG" 2>&1 || true
-
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    >>"$LOG" 2>&1 || { log "installing the carried wheels failed (see log)"; exit 4; }
-  export PYTHONPATH="$PYTHONPATH:/tmp/site"
-fi
-missing=$($PY - <<'EOF'
-import importlib
-mods = {"numpy": "numpy", "scipy": "scipy", "mpmath": "mpmath", "flint": "python-flint",
-        "dp_accounting": "dp-accounting==0.6.0", "jsonschema": "jsonschema", "transformers": "transformers"}
-print(" ".join(pkg for mod, pkg in mods.items() if importlib.util.find_spec(mod) is None))
-EOF
-)
-if [ -n "$missing" ]; then
-  log "missing Python packages: $missing (carry them as wheels in .whl, see the header of this script)"
-  exit 4
-fi
-$PY -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' | tee -a "$LOG"
-
-$PY -m pip install -q -e . --no-deps --no-build-isolation >>"$LOG" 2>&1 || log "pip install -e . failed; using PYTHONPATH"
 if privcheck run selection --help >/dev/null 2>>"$LOG"; then
   RUN=(privcheck run selection)
 else

@@ -17,7 +17,7 @@ Assumptions (spec §6):
 * (A4) exact arithmetic — the theorem certifies the real-valued mechanism, not its floating-point
   execution (documented gap).
 
-Proof: `mechanisms/dpgrpo/PROOF.md` and `docs/dpgrpo.md` (to be written; Lemma 1 / Theorem 1 mapped to code).
+Proof: `mechanisms/dpgrpo/PROOF.md` (Lemma 1 / Theorem 1 mapped to the code and the checks); user guide: `docs/dpgrpo.md`.
 
 One round (line numbers of Algorithm 1; functions of `mechanisms.dpgrpo.core`):
 
@@ -32,10 +32,11 @@ One round (line numbers of Algorithm 1; functions of `mechanisms.dpgrpo.core`):
     unflatten_into(g_hat, space); optimizer.step()          # line 9: LoRA parameters only
 
 Modules: `core` (pure tensor functions), `records` (Record, SlotUniverse, RolloutGroup, GradientRecord),
-`tasks` (addition task, verifier, character tokenizer), `models` (tiny GPT-2 + LoRA builders), `config`
-(DPGRPOConfig), `randomness`, `rollouts` (isolated, replay), `record_grads` (arms), `trainer` (DPTrainer),
-`verify` (bindings for the checks V1–V12), `audit_hooks` (canary slots' reserved-coordinate log). Presets,
-end-to-end runs and the run artifact: not built yet (docs/dpgrpo.md lists the status).
+`tasks` (addition task, verifier, character tokenizer), `models` (tiny GPT-2 / tiny Qwen2 + LoRA builders),
+`config` (DPGRPOConfig), `randomness`, `rollouts` (isolated, batched, replay), `record_grads` (arms), `trainer`
+(DPTrainer), `verify` (bindings for the checks V1–V13, the `dpgrpo` suite), `audit_hooks` (canary slots'
+reserved-coordinate log), `timing` (private/non-private round time on public records), `presets`, `pretrain`,
+`evaluation`, `run` (end-to-end runs and the run/compare artifacts), `cli` (`privcheck run dp-grpo`).
 """
 
 from mechanisms.dpgrpo.core import (ParamSpace, clip_flat, completion_mask, flatten_grads, group_advantages,
@@ -50,8 +51,8 @@ from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import Randomness, make_randomness
 from mechanisms.dpgrpo.record_grads import (FilteredSFT, GoldSFT, GRPOGradient, RecordGrad, RecordGradient,
                                             StepContext, ZeroAdvantage)
-from mechanisms.dpgrpo.rollouts import IsolatedHF, Replay, token_logprobs
+from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, Replay, token_logprobs
 from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
-__all__ += ["DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "IsolatedHF", "Randomness",
+__all__ += ["BatchedHF", "DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "IsolatedHF", "Randomness",
             "RecordGrad", "RecordGradient", "Replay", "StepContext", "VerifierError", "ZeroAdvantage",
             "make_randomness", "token_logprobs"]

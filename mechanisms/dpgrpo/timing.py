@@ -229,6 +229,9 @@ def measure_private_over_nonprivate(trainer, public_records, *, repeats=3, warmu
     out = {"private_round_s": median(private), "nonprivate_round_s": median(nonprivate),
            "private_gradient_s": median(private, "gradient"), "nonprivate_gradient_s": median(nonprivate, "gradient"),
            "generation_s": generation_s, "records": len(records), "repeats": repeats}
+    tokens = sum(int(g.mask.sum()) for g in groups)       # completion tokens of the public rollouts
+    out["generated_tokens"] = tokens
+    out["tokens_per_s"] = tokens / out["private_round_s"]  # completion tokens per second of a private round
     out["round"] = out["private_round_s"] / out["nonprivate_round_s"]
     out["gradient_phase"] = out["private_gradient_s"] / out["nonprivate_gradient_s"]
     return out

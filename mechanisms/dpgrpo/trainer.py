@@ -18,6 +18,14 @@ rewards, verifier failures, pre-clip norms, clip fraction, non-finite counts, lo
 `private_telemetry` and is never part of public output. The trainer never computes ε: `privacy_claim` reports
 (q, σ, T, δ) and, when the config was calibrated, the accountant's ε from the calibration record.
 
+LoRA dropout (config.lora_dropout > 0): the per-record gradient pass runs in train mode inside
+`randomness.rollout_scope()`, so every record's dropout masks are fresh draws from the private rollout generator
+(A3) and never touch the caller's RNG; rollouts and reference log-probs run in eval mode (no dropout). With
+dropout 0 (the checks, §12 item 15) the model stays in eval mode and no randomness is drawn.
+
+Rollout backend: `config.rollout_mode == "batched"` selects `rollouts.BatchedHF.from_config(tokenizer, config)`
+when that backend exists (else a typed error); otherwise `IsolatedHF` (the default).
+
 Canaries (spec §11): a universe from `SlotUniverse.append_canaries` has n = config.n real slots followed by
 m_c canary slots. Coins are drawn for all n + m_c slots, the public divisor is q·(n + m_c) (from n and m_c,
 never from presence bits), (q, σ, T) and ε are unchanged, and `privacy_claim` reports n, n_canary and the
@@ -26,6 +34,7 @@ auditor's commitment verbatim. `audit_hooks` (an `AuditHooks`) writes the audito
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 
@@ -33,7 +42,7 @@ import torch
 
 from privcheck.errors import InvalidParameter, PrivcheckError
 
-from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo import core, rollouts as rollout_backends
 from mechanisms.dpgrpo.audit_hooks import AuditHooks
 from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import Randomness
@@ -65,6 +74,17 @@ def _reward_value(r) -> int | None:
     if isinstance(r, (int, float)) and r in (0, 1):
         return int(r)
     return None
+
+
+def _default_backend(tokenizer, config):
+    """IsolatedHF, or BatchedHF for rollout_mode "batched" (a typed error when that backend is unavailable)."""
+    if config.rollout_mode == "batched":
+        batched = getattr(rollout_backends, "BatchedHF", None)
+        if batched is None:
+            raise InvalidParameter("rollout_mode", "batched", "'isolated' (mechanisms.dpgrpo.rollouts has no "
+                                   "BatchedHF backend in this version)")
+        return batched.from_config(tokenizer, config)
+    return IsolatedHF.from_config(tokenizer, config)
 
 
 class DPTrainer:
@@ -112,7 +132,7 @@ class DPTrainer:
         for attr in ("name", "rollout_policy"):
             if not hasattr(self.arm, attr) or not callable(self.arm):
                 raise InvalidParameter("record_gradient", self.arm, "a RecordGradient (name, rollout_policy, call)")
-        self.rollout_backend = IsolatedHF.from_config(tokenizer, config) if rollout_backend is None else rollout_backend
+        self.rollout_backend = _default_backend(tokenizer, config) if rollout_backend is None else rollout_backend
         self.ctx = StepContext(model=model, space=self.space, tokenizer=tokenizer, chunk_size=config.chunk_size,
                                beta=config.beta, c=config.c, max_prompt_len=config.max_prompt_len,
                                L_max=config.L_max, logprobs=token_logprobs)
@@ -227,16 +247,33 @@ class DPTrainer:
             out.append(RolloutGroup(group.token_ids, group.mask, rewards, texts))
         return out
 
+    @contextlib.contextmanager
+    def _dropout_scope(self):
+        """Train mode with fresh rollout-generator randomness for one record's gradient pass when LoRA dropout
+        is on; a no-op otherwise (the model stays in eval mode)."""
+        if self.config.lora_dropout == 0:
+            yield
+            return
+        was_training = self.model.training
+        with self.randomness.rollout_scope():
+            self.model.train()
+            try:
+                yield
+            finally:
+                self.model.train(was_training)
+
     def record_gradient(self, record, group=None, *, chunk_size=None) -> torch.Tensor:
         """Line 6: the arm's flat, unclipped gradient for one record (private dict kept privately)."""
         kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
-        rg = self.arm(self.ctx, record, group, **kwargs)
+        with self._dropout_scope():
+            rg = self.arm(self.ctx, record, group, **kwargs)
         self._scratch["records"].append(rg.private)
         return rg.grad
 
     def record_loss_and_grad(self, record, group=None, chunk_size=None) -> tuple[float, torch.Tensor]:
         kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
-        rg = self.arm(self.ctx, record, group, **kwargs)
+        with self._dropout_scope():
+            rg = self.arm(self.ctx, record, group, **kwargs)
         return rg.private.get("loss", 0.0), rg.grad
 
     @staticmethod

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GPU run of the DP-GRPO `gpu-h200` preset (spec shared/spec/dpgrpo.md §9.2) on one H200.
+#
+# UNTESTED ON A GPU: written on a machine without one. Only the same code path at reduced shapes ran there
+# (`privcheck run dp-grpo --preset gpu-h200 --reduced --device cpu`, tests/dpgrpo/test_run.py).
+#
+# Run from the repository root on the GPU machine (python3 with a CUDA torch and transformers preinstalled; no
+# network there). Carry the missing pure wheels as for scripts/gpu_selection.sh (see its header), plus peft:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     dp-accounting==0.6.0 python-flint==0.9.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
+#     referencing==0.37.0 rpds-py==2026.9.1 peft
+#   then: run(command="bash scripts/gpu_dpgrpo.sh", carry=[".whl"], timeout_s=600)
+#
+# What it does: the shared set-up (scripts/gpu_setup.sh), a smoke run of the reduced preset on CUDA (60 s),
+# then the full preset, one OS-entropy replicate of the dp_grpo arm (the preset's own 420-s wall-clock guard
+# marks a stopped run `incomplete`, privacy_release false), under `timeout 520`. Outputs in $OUT: the run
+# directory dpgrpo/ (run-*.json, compare.json, report.md, accuracy.png; private/ stays on the device),
+# dpgrpo_smoke.json and gpu_dpgrpo.log. Commit dpgrpo/run-*.json under docs/artifacts/.
+# Exit status: that of the full run (0 complete, 1 stopped by the guard, 124 killed by timeout, 2 bad input).
+GPU_JOB=gpu_dpgrpo
+source "$(dirname "$0")/gpu_setup.sh"
+
+if ! $PY -c 'import peft' >>"$LOG" 2>&1; then
+  log "missing Python package: peft (carry it as a wheel in .whl)"
+  exit 4
+fi
+if privcheck run dp-grpo --help >/dev/null 2>>"$LOG"; then
+  RUN=(privcheck run dp-grpo)
+else
+  log "'privcheck run dp-grpo' unavailable (entry point not registered); using python3 -m privcheck.cli"
+  RUN=($PY -m privcheck.cli run dp-grpo)
+fi
+
+log "smoke: gpu-h200 --reduced on cuda"
+SMOKE=$(mktemp -d)
+timeout 60 "${RUN[@]}" --preset gpu-h200 --reduced --device cuda --seed 0 --arms dp_grpo --skip-verification \
+  --no-timing --out "$SMOKE" --json 2>&1 | tail -c 4000 | tee -a "$LOG"
+log "smoke exit status ${PIPESTATUS[0]}"
+cp "$SMOKE"/run-*.json "$OUT/dpgrpo_smoke.json" 2>/dev/null || log "no smoke artifact"
+
+log "gpu-h200 preset (timeout 520 s)"
+start=$(date +%s)
+timeout 520 "${RUN[@]}" --preset gpu-h200 --device cuda --arms dp_grpo --out "$OUT/dpgrpo" --json 2>&1 \
+  | tail -c 8000 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+log "gpu-h200 exit status $rc after $(( $(date +%s) - start )) s"
+rm -rf "$OUT/dpgrpo/private"     # private telemetry never leaves the device
+exit "$rc"
