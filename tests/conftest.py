@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -22,3 +23,14 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("privcheck"), max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "privcheck"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread for a module of tiny-model tests: faster, and immune to OpenMP spin-waits on a
+    shared, loaded CPU. Use with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -13,13 +13,7 @@ from mechanisms.dpgrpo.verify import reference_fixture
 from privcheck.errors import InvalidParameter
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and immune to OpenMP spin-waits on a shared, loaded CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ TAU = 0.7
 PROMPTS = ("3+4=", "12+7=", "123+45=", "0+0=", "9+9=", "55+5=", "1+1=", "8+2=")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and immune to OpenMP spin-waits on a shared, loaded CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

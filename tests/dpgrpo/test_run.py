@@ -65,14 +65,7 @@ def lists_of(x) -> list:
     return []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from more threads, and oversubscribed cores slow them down many times."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def lora_parameters(m) -> int:

@@ -30,13 +30,7 @@ KEYS = ("round", "gradient_phase", "private_round_s", "nonprivate_round_s", "pri
         "nonprivate_gradient_s")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and immune to OpenMP spin-waits on a shared, loaded CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
