@@ -48,10 +48,12 @@ def register(verbs: dict, common) -> None:
     _out(f)
     f.set_defaults(func=cmd_fdp_one_run)
 
+    from audits.dpgrpo_cli import add_dpgrpo_parser
     from audits.power_cli import add_power_parser
     from audits.selection_cli import add_selection_parser
     add_power_parser(audit, common)
     add_selection_parser(audit, common)
+    add_dpgrpo_parser(audit, common)
 
 
 def _counts(p, integer) -> None:

@@ -131,6 +131,12 @@ class DPSGDDirac(ScoreModel):
             scores = self._llr(inclusions, rng)
         return scores.reshape(included.shape)
 
+    def llr(self, y) -> float:
+        """The per-step LLR of observed y_1..y_T (units of σC): Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²))."""
+        s = self.noise_scale
+        x = (np.asarray(y, dtype=np.float64) / self.sigma - 0.5 / self.sigma ** 2) / s ** 2
+        return float(np.sum(_log_mixture(self.q, x)))
+
     def _llr(self, inclusions: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         # Per step, x_t = (y_t/σ − 1/(2σ²))/s² = a·Z_t + b + B_t·c with a = 1/(σs), b = −1/(2σ²s²), c = 1/(σ²s²);
         # the term is log(1 − q + q·e^{x_t}) = log1p(q·expm1(x_t)).

@@ -780,7 +780,9 @@ class RunOutcome:
 
 
 @contextlib.contextmanager
-def _threads(n: int | None):
+def torch_threads(n: int | None):
+    """Run with `n` torch CPU threads (a preset's public setting; tiny models gain nothing from more), restored
+    after; `None` leaves the count unchanged."""
     import torch
     before = torch.get_num_threads()
     if n is not None:
@@ -824,7 +826,7 @@ def run_dpgrpo(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=No
                     measure_timing=measure_timing, progress=progress)
     p = plan.preset
     from mechanisms.dpgrpo.evaluation import Evaluator
-    with _threads(p.cpu_threads if plan.device == "cpu" else None):
+    with torch_threads(p.cpu_threads if plan.device == "cpu" else None):
         clock = _Clock(plan.deadline_s)
         plan.verification = _verification(plan)
         outcomes = []

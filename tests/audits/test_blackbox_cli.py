@@ -4,25 +4,19 @@ closed form of selection spec §4.3 (mpmath)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import mpmath as mp
 import pytest
 
-from audits.selection_cli import add_selection_parser
+from privcheck.cli import build_parser
 from privcheck.artifacts.writer import verify_seal
 from privcheck.errors import InvalidParameter
 
 
-def _parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="privcheck")
-    verbs = root.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true")
-    audit = verbs.add_parser("audit").add_subparsers(dest="what", required=True)
-    add_selection_parser(audit, common)
-    return root
+def _parser():
+    """The installed `privcheck` command line (the audit commands come from the entry point)."""
+    return build_parser()
 
 
 def _run(argv, capsys):

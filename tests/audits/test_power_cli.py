@@ -6,24 +6,19 @@ q = 128/6988, σ = 0.612058477104, T = 100, δ = 1/69880, and the ceiling's δ =
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
 import pytest
 
 from audits.power_cli import add_power_parser
+from privcheck.cli import build_parser
 from privcheck.errors import InvalidParameter
 
 
-def _parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="privcheck")
-    verbs = root.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true")
-    audit = verbs.add_parser("audit").add_subparsers(dest="what", required=True)
-    add_power_parser(audit, common)
-    return root
+def _parser():
+    """The installed `privcheck` command line (the audit commands come from the entry point)."""
+    return build_parser()
 
 
 def _run(argv, capsys):

@@ -9,6 +9,10 @@ wrapper of the calibration function, passed through the bindings.
 
 `DPGRPO_ZOO` lists the fourteen rows with their designated checks (keys of `privcheck.checks.dpsgd.CHECKS`), so
 that the zoo test and later audits run on the same variants. Test code only: never train with these.
+
+Canary-aware: a variant whose defect lies elsewhere keeps the trainer's public slot count `n_slots` (n + m_c) and
+divisor `divisor` (q·(n + m_c)), so the canary audits (audits/dpgrpo_canary.py, audits/dpgrpo_input_canary.py) run
+on every variant unmodified; without canary slots these are n and q·n, as before.
 """
 
 from __future__ import annotations
@@ -164,7 +168,7 @@ class ClipPerChunk(_ClipPieces):
 
 
 class RealisedBatchDivisor(DPTrainer):
-    """Divides by the realised batch size instead of the public q·n."""
+    """Divides by the realised batch size (canary slots included) instead of the public q·(n + m_c)."""
 
     def noisy_update(self, items):
         items = list(items)
@@ -176,10 +180,10 @@ class RealisedBatchDivisor(DPTrainer):
 
 
 class ShuffledFixedBatches(DPTrainer):
-    """Shuffles the slots and takes a fixed batch of round(q·n)."""
+    """Shuffles the n + m_c slots and takes a fixed batch of round(q·(n + m_c))."""
 
     def sample_coins(self):
-        n = self.config.n
+        n = self.n_slots
         perm = torch.randperm(n, generator=self.randomness.coins)
         out = torch.zeros(n, dtype=torch.bool)
         out[perm[:max(1, round(self.config.q * n))]] = True
@@ -192,16 +196,20 @@ class NoiseSigmaOnly(DPTrainer):
     def privatize(self, S):
         cfg = self.config
         z = torch.randn(S.shape, generator=self.randomness.noise, dtype=S.dtype) * cfg.sigma
-        return (S + z) / (cfg.q * cfg.n)
+        return (S + z) / self.divisor
 
 
 class SkipConstantGroups(DPTrainer):
     """Drops records whose group rewards are constant."""
 
     def contributions(self, items, *, slots=None):
-        keep = [it for it in items if isinstance(it, GradientRecord) or it[1] is None
+        items = list(items)
+        if slots is None and self._round_slots is not None and len(self._round_slots) == len(items):
+            slots = self._round_slots        # the round's slot indices, so kept canaries stay canaries
+        keep = [k for k, it in enumerate(items) if isinstance(it, GradientRecord) or it[1] is None
                 or not bool((it[1].rewards == it[1].rewards[0]).all())]
-        return super().contributions(keep)
+        return super().contributions([items[k] for k in keep],
+                                     slots=None if slots is None else [slots[k] for k in keep])
 
 
 class ReusedSeededNoise(DPTrainer):
@@ -209,7 +217,7 @@ class ReusedSeededNoise(DPTrainer):
 
     def privatize(self, S):
         cfg = self.config
-        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, cfg.n, torch.Generator().manual_seed(42),
+        return core.privatize(S, cfg.sigma, cfg.C, cfg.q, self.n_slots, torch.Generator().manual_seed(42),
                               nonprivate=self.nonprivate)
 
 
@@ -292,7 +300,7 @@ DPGRPO_ZOO: list[ZooEntry] = [
              ("record_isolation",), BatchAdvantageNorm),
     ZooEntry("per_completion_clip", "each completion's gradient clipped to C, then summed",
              ("sensitivity_add_remove",), PerCompletionClip),
-    ZooEntry("realised_batch_divisor", "divides by the realised batch size instead of q·n",
+    ZooEntry("realised_batch_divisor", "divides by the realised batch size instead of q·(n + m_c)",
              ("public_normalisation",), RealisedBatchDivisor),
     ZooEntry("shuffled_fixed_batches", "shuffle and take fixed-size batches", ("poisson_sampling",),
              ShuffledFixedBatches),

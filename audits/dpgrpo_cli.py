@@ -1,0 +1,170 @@
+"""`privcheck audit dp-grpo`: the one-run canary audit of DP-GRPO (spec audits.md §7.3, §7.4).
+
+    privcheck audit dp-grpo --preset NAME --canaries M --out DIR [--canary-type gradient_dirac|input_binary]
+        [--seed S] [--rounds T] [--q Q] [--confidence C] [--json]
+
+`--canary-type gradient_dirac` (default): added gradient-space Dirac canaries with white-box per-step LLR scores
+(audits.dpgrpo_canary). `input_binary`: added input-space binary canaries scored by the log-odds of their secret
+label against the public base, planned from a public pilot (audits.dpgrpo_input_canary; the pilot's log is
+`private/pilot_log.jsonl`).
+
+Writes, under DIR: `audit.json` (the sealed audit artifact, schema-validated, atomic), `private/auditor_log.jsonl`
+and `private/reveal.json` (the auditor's private log and the revealed coins with the salt; mode 0600 in a 0700
+directory), `scores.png` (in/out score distributions after the reveal, with the pre-registered guess thresholds) and
+`bound_vs_m.png` (the power plan's ceiling, planned bound and Monte Carlo band against the number of canaries, from
+`audits.power.plot_bound_vs_canaries`; plots use matplotlib's Agg backend and are written atomically). With
+--json it prints one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and
+`planned_eps_lower` at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before
+any work and before anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`). The lead wires
+`add_dpgrpo_parser` into audits/cli.py.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+
+from privcheck.cli import _integer, _number
+
+CANARY_TYPES = ("gradient_dirac", "input_binary")
+BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
+BOUND_PLOT_FACTORS = (0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+def add_dpgrpo_parser(audit_subparsers, common) -> None:
+    """Add `dp-grpo` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
+    from audits.dpgrpo_canary import AUDIT_PRESETS
+
+    p = audit_subparsers.add_parser(
+        "dp-grpo", parents=[common],
+        help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
+    p.add_argument("--preset", required=True, help="audit preset: " + ", ".join(sorted(AUDIT_PRESETS)))
+    p.add_argument("--canaries", type=_integer, required=True,
+                   help="m, canaries added as extra slots (>= 1; >= 2 for input_binary)")
+    p.add_argument("--canary-type", default=CANARY_TYPES[0],
+                   help="gradient_dirac (default; white-box per-step LLR) or input_binary (end to end, log-odds of "
+                        "a secret binary label vs the public base)")
+    p.add_argument("--out", required=True, help="directory for audit.json, the plots and private/ (auditor log)")
+    p.add_argument("--seed", type=_integer, default=None,
+                   help="seeded test run (trainer, coins, plan); default OS entropy (an audit release)")
+    p.add_argument("--rounds", type=_integer, default=None, help="T, training rounds (default: the preset's)")
+    p.add_argument("--q", type=_number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
+    p.add_argument("--confidence", type=_number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
+    p.set_defaults(func=cmd_audit_dpgrpo)
+
+
+def _audit_function(canary_type):
+    """The audit entry point of a canary type (InvalidParameter for an unknown one, before any work)."""
+    if canary_type == "gradient_dirac":
+        from audits.dpgrpo_canary import run_gradient_canary_audit
+        return run_gradient_canary_audit
+    if canary_type == "input_binary":
+        from audits.dpgrpo_input_canary import run_input_canary_audit
+        return run_input_canary_audit
+    from privcheck.errors import InvalidParameter
+    raise InvalidParameter("canary_type", canary_type, " or ".join(CANARY_TYPES))
+
+
+def cmd_audit_dpgrpo(args) -> int:
+    from privcheck.cli import emit
+
+    start = time.perf_counter()
+    canary_type = getattr(args, "canary_type", CANARY_TYPES[0])
+    run_audit = _audit_function(canary_type)
+    res = run_audit(preset=args.preset, canaries=args.canaries, out_dir=args.out, seed=args.seed,
+                    rounds=args.rounds, q=args.q, confidence=args.confidence)
+    plots = write_plots(res, args.out)
+    runtime = time.perf_counter() - start
+    rep, design = res.report, res.design
+    cfg = design.config
+    payload = dict(res.document, artifact=str(res.artifact), plots=[str(p) for p in plots], runtime_s=runtime,
+                   private_log=str(res.log_path))
+    payload.update(res.headline())
+    r, power = rep.result, rep.power
+    rows = [("eps_lower", r["eps_lower"]),
+            ("certified epsilon (PLD)", rep.claim["epsilon"]),
+            ("planned_eps_lower", power["planned_eps_lower"]),
+            ("ceiling", power["eps_ceiling"]),
+            ("p_value_at_nominal", r["p_value_at_nominal"]),
+            ("rejects_nominal", r["rejects_nominal"]),
+            ("canaries / guesses / correct", f"{design.m} / {r['guesses']} / {r['correct']}"),
+            ("q / sigma / T / C", f"{cfg.q:g} / {cfg.sigma:.6g} / {cfg.T} / {cfg.C:g}"),
+            ("n real + canary slots", f"{design.n_real} + {design.m}"),
+            ("delta", cfg.delta),
+            ("canary type / score", f"{rep.canaries['type']} / {rep.canaries['score']}"),
+            ("never-sampled present canaries", rep.diagnostics["never_sampled_in_canaries"]),
+            ("constant-reward canary groups", rep.diagnostics["constant_reward_canary_groups_frac"]),
+            ("auroc (diagnostic)", rep.diagnostics["auroc"]),
+            ("artifact", str(res.artifact)),
+            ("runtime (s)", round(runtime, 1))]
+    emit(args, payload, rows)
+    return 0
+
+
+def _pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:      # optional dependency (extra "plots")
+        from privcheck.errors import PrivcheckError
+        raise PrivcheckError(f"matplotlib is required for the plots (pip install 'privcheck[plots]'): {exc}") from exc
+    return plt
+
+
+def scores_png(scores: np.ndarray, signs: np.ndarray, k_plus: int, k_minus: int, title: str,
+               xlabel: str = "white-box per-step LLR score") -> bytes:
+    """Histogram of in/out canary scores with the pre-registered top-k₊ / bottom-k₋ thresholds (after reveal)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    bins = np.histogram_bin_edges(scores, bins=40)
+    ax.hist(scores[signs == 1], bins=bins, alpha=0.6, color="tab:red",
+            label=f"included (n = {int(np.sum(signs == 1))})")
+    ax.hist(scores[signs == -1], bins=bins, alpha=0.6, color="tab:blue",
+            label=f"excluded (n = {int(np.sum(signs == -1))})")
+    ordered = np.sort(scores)[::-1]
+    if k_plus:
+        ax.axvline(ordered[k_plus - 1], color="tab:red", ls="--", lw=1, label=f"top k+ = {k_plus} guessed in")
+    if k_minus:
+        ax.axvline(ordered[-k_minus], color="tab:blue", ls="--", lw=1, label=f"bottom k- = {k_minus} guessed out")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("canaries")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_plots(res, out_dir) -> list:
+    """DIR/scores.png and DIR/bound_vs_m.png (atomic writes)."""
+    from pathlib import Path
+
+    from audits.power import plot_bound_vs_canaries
+    from privcheck.artifacts.writer import write_atomic
+
+    out = Path(out_dir)
+    rep, design = res.report, res.design
+    r = rep.result
+    dirac = rep.canaries["type"] == "gradient_dirac"
+    title = (f"DP-GRPO {'Dirac' if dirac else 'input-space binary'} canaries: m = {design.m}, "
+             f"q = {design.config.q:g}, σ = {design.config.sigma:.4g}, "
+             f"T = {design.config.T}; ε_lower = {r['eps_lower']:.3f} ({r['correct']}/{r['guesses']} correct), "
+             f"certified ε = {rep.claim['epsilon']:.3f}")
+    xlabel = ("white-box per-step LLR score" if dirac
+              else "log-odds of the secret label, trained minus public base")
+    scores_path = write_atomic(out / "scores.png", scores_png(res.scores, res.membership, design.preregistration.k_plus,
+                                                              design.preregistration.k_minus, title, xlabel))
+    grid = sorted({max(2, int(round(design.m * f))) for f in BOUND_PLOT_FACTORS})
+    bound_path = out / "bound_vs_m.png"
+    model = design.score_model if hasattr(design, "score_model") else design.score.model
+    plot_bound_vs_canaries(model, grid, delta=design.config.delta, confidence=design.confidence,
+                           eps_nominal=design.epsilon, sims=BOUND_PLOT_SIMS, seed=0, path=bound_path)
+    return [scores_path, bound_path]
+
+
+__all__ = ["add_dpgrpo_parser", "cmd_audit_dpgrpo", "scores_png", "write_plots"]

@@ -1,0 +1,137 @@
+"""Gradient-canary audits of the DP-GRPO bug zoo (issue 5 item 5; spec audits.md §7.3, dpgrpo.md §8).
+
+`audits.dpgrpo_canary.run_gradient_canary_audit` audits a `DPTrainer` subclass from tests/bug_zoo/dpgrpo_variants.py
+exactly as it audits the production trainer: m Dirac canaries added as slots, the pre-registered white-box
+per-step LLR, the one-run bound. A variant is *caught by the audit* when its ε_lower exceeds the ε the
+implementation claims (PLD at its public (q, σ, T, δ)), i.e. the test rejects the claim.
+
+`noise_sigma_only` draws z ~ N(0, σ²I) instead of N(0, σ²C²I): at C = 4 the noise on every coordinate is 4 times
+too small, so each canary's per-step signal-to-noise ratio is 4 times the claimed one. Configuration: ε = 2
+certified at δ = 1/(10·n′), q = 1, T = 4, C = 4, m = 500 canaries, 4 real records. The audit is planned at the
+claimed σ (it does not know the bug): planned 0.66 (Monte Carlo p90 0.96), which the reference meets (ε_lower 0.40 to
+0.96 over six other seeds); the variant's scores separate almost perfectly, so nearly all of the pre-registered k*
+guesses are right and ε_lower is 2.82 to 2.96 (k* caps it near 3; a plan at σ/4 gives p10 3.09 with its own k).
+Both assertions hold with margins of about a unit of ε. Figures over seeds, and the variants no gradient-canary
+audit can see:
+/work/notes/h7_zoo_table.md (`python -m tests.bug_zoo.test_dpgrpo_audits` prints the measurements).
+
+The variants are canary-aware (they keep the trainer's `n_slots` and `divisor`), so the audits run on them
+unmodified; `test_every_variant_hosts_canary_slots` checks that for every trainer row in one cheap round.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from audits.dpgrpo_canary import run_gradient_canary_audit
+from mechanisms.dpgrpo.trainer import DPTrainer
+from tests.bug_zoo.dpgrpo_variants import DPGRPO_ZOO
+
+ZOO = {e.name: e for e in DPGRPO_ZOO}
+SEED = 20260917
+CAUGHT = dict(canaries=500, rounds=4, q=1.0, C=4.0, target_epsilon=2.0, n_real=4)
+
+
+def _audit(trainer_cls, seed=SEED, **kwargs):
+    return run_gradient_canary_audit(preset="tiny-cpu", seed=seed, trainer_cls=trainer_cls, plan_sims=50,
+                                     **{**CAUGHT, **kwargs})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_reference_trainer_is_not_rejected():
+    res = _audit(DPTrainer)
+    eps = res.report.claim["epsilon"]
+    assert 1.99 < eps <= 2.0
+    assert res.report.result["rejects_nominal"] is False and res.eps_lower <= eps
+    assert res.report.diagnostics["cross_talk_max_abs_over_sigma_C"] == 0.0
+
+
+def test_noise_sigma_only_is_caught_by_the_audit():
+    entry = ZOO["noise_sigma_only"]
+    res = _audit(entry.trainer_cls)
+    eps = res.report.claim["epsilon"]
+    assert res.report.claim["mechanism"]["params"]["trainer"] == entry.trainer_cls.__name__
+    assert res.report.claim["mechanism"]["params"]["C"] == 4.0
+    assert res.report.result["rejects_nominal"] is True and res.eps_lower > eps
+    assert res.report.result["p_value_at_nominal"] < 0.05
+
+
+# ------------------------------------------------------------------------------------------ canary slots
+
+TRAINER_ROWS = [e for e in DPGRPO_ZOO if e.wrap_calibration is None]
+
+
+@pytest.mark.parametrize("entry", TRAINER_ROWS, ids=[e.name for e in TRAINER_ROWS])
+def test_every_variant_hosts_canary_slots(entry, tmp_path):
+    """Each variant runs one round with 3 Dirac canary slots appended (q = 1, σ ≈ 0, real slots absent) and
+    hands the auditor U_t[J] = ĝ_t[J]·q·(n + m_c) = C on every canary coordinate: coins cover all n + m_c slots
+    and the update is divided by the public q·(n + m_c). The one designed exception is realised_batch_divisor,
+    whose U_t[J] is C·(n + m_c)/|B| with |B| = 3 sampled slots."""
+    from mechanisms.dpgrpo.audit_hooks import AuditHooks, read_log
+    from mechanisms.dpgrpo.config import DPGRPOConfig
+    from mechanisms.dpgrpo.core import ParamSpace
+    from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
+    from mechanisms.dpgrpo.presets import QWEN2_LORA_TARGETS
+    from mechanisms.dpgrpo.records import SlotUniverse, dirac_canary
+    from mechanisms.dpgrpo.tasks import CharTokenizer, reward
+
+    n, C, reserved = 2, 0.5, (5, 700, 8000)
+    tok = CharTokenizer()
+    model = build_tiny_qwen2_policy(0, tokenizer=tok)
+    dim = ParamSpace(model).dim
+    universe = SlotUniverse(n, torch.zeros(n, dtype=torch.bool), [None] * n).append_canaries(
+        [dirac_canary(j, C, dim, dtype=torch.float32) for j in reserved], torch.ones(3, dtype=torch.bool),
+        "sha256:" + "ab" * 32)
+    config = DPGRPOConfig(n=n, m=n, T=1, sigma=1e-9, C=C, lora_targets=QWEN2_LORA_TARGETS, randomness=7)
+    hooks = AuditHooks(torch.tensor(reserved), tmp_path / "log.jsonl", mask_reserved_for_real_records=True)
+    trainer = entry.trainer_cls(model, tok, universe, config, reward, audit_hooks=hooks)
+    assert trainer.sample_coins().shape == (n + 3,)
+    trainer.step()
+    (line,) = [e for e in read_log(tmp_path / "log.jsonl") if e["kind"] == "round"]
+    assert line["divisor"] == trainer.divisor == 1.0 * (n + 3)
+    expected = C * (n + 3) / 3 if entry.name == "realised_batch_divisor" else C
+    assert line["U"] == pytest.approx([expected] * 3, rel=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ measurements (notes)
+
+MEASURED = [  # (row, trainer class, audit overrides): subsampled rows at q = 0.5, where sampling defects matter
+    ("reference (C = 4)", DPTrainer, {}),
+    ("noise_sigma_only (C = 4)", ZOO["noise_sigma_only"].trainer_cls, {}),
+    ("reference (q = 0.5)", DPTrainer, dict(q=0.5, rounds=8, C=1.0)),
+    ("realised_batch_divisor", ZOO["realised_batch_divisor"].trainer_cls, dict(q=0.5, rounds=8, C=1.0)),
+    ("shuffled_fixed_batches", ZOO["shuffled_fixed_batches"].trainer_cls, dict(q=0.5, rounds=8, C=1.0)),
+    ("reused_seeded_noise", ZOO["reused_seeded_noise"].trainer_cls, dict(q=0.5, rounds=8, C=1.0)),
+    ("per_tensor_clip", ZOO["per_tensor_clip"].trainer_cls, dict(q=0.5, rounds=8, C=1.0)),
+]
+
+
+def measure(seeds=range(10)) -> None:
+    """Print ε_lower over `seeds` for each measured row (markdown table rows)."""
+    torch.set_num_threads(1)
+    print("| variant | certified ε | planned | ε_lower over seeds (min / median / max) | rejected |")
+    print("|---|---|---|---|---|")
+    for row, cls, overrides in MEASURED:
+        bounds, rejected, eps, planned = [], 0, None, None
+        for s in seeds:
+            res = _audit(cls, seed=1000 + s, **overrides)
+            bounds.append(res.eps_lower)
+            rejected += bool(res.report.result["rejects_nominal"])
+            eps, planned = res.report.claim["epsilon"], res.report.power["planned_eps_lower"]
+        bounds.sort()
+        print(f"| {row} | {eps:.4f} | {planned:.3f} | {bounds[0]:.3f} / {bounds[len(bounds) // 2]:.3f} / "
+              f"{bounds[-1]:.3f} | {rejected}/{len(bounds)} |", flush=True)
+
+
+if __name__ == "__main__":
+    measure(range(int(sys.argv[1]) if len(sys.argv) > 1 else 10))
