@@ -304,6 +304,6 @@ def test_batch_invariance_figure_float32(tok, records, capsys, record_property):
     for k, v in figures.items():
         record_property(f"batch_invariance_max_abs_dlogit_{k.replace(' ', '_')}_float32", v)
     with capsys.disabled():
-        print(f"\n[A2] batched vs isolated, float32, max |Δ logit|: "
+        print("\n[A2] batched vs isolated, float32, max |Δ logit|: "
               + ", ".join(f"{k} {v:.3e}" for k, v in figures.items()))
     assert all(math.isfinite(v) and v < 1e-3 for v in figures.values())
