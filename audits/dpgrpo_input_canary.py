@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import (LOG_NAME, MECHANISM_NAME, PLAN_SIMS, PRIVATE_DIR, REVEAL_NAME, AuditPreset,
+from audits.dpgrpo_canary import (LOG_NAME, MECHANISM_NAME, PLAN_SIMS, PRIVATE_DIR, REVEAL_NAME, AuditPreset, CanaryIds,
                                   _accounted_epsilon, _check_seed, _check_trainer_cls, _private_dir,
                                   _write_private_json, calibrated_config, membership_seed, reserved_coordinates,
                                   resolve_preset, split_log)
@@ -365,7 +365,7 @@ def run_pilot(spec: AuditPreset, base_model, tokenizer, config, *, prompts, seed
 
 
 @dataclass(frozen=True, eq=False)
-class InputAuditDesign:
+class InputAuditDesign(CanaryIds):
     """The pre-registered design of one audit (fixed before training; holds no membership bits). `canaries`
     carry the secret labels, which stay with the auditor until the reveal."""
 
@@ -382,14 +382,6 @@ class InputAuditDesign:
     pretraining: dict
     confidence: float
     score: LogOddsDelta = LogOddsDelta()
-
-    @property
-    def m(self) -> int:
-        return len(self.canaries)
-
-    @property
-    def canary_ids(self) -> tuple[str, ...]:
-        return tuple(c.id for c in self.canaries)
 
     @property
     def score_model(self) -> Empirical:
