@@ -373,16 +373,21 @@ def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership
               "reserved_rule": design.reserved_rule, "mask_reserved_for_real_records": design.mask_real,
               "config_sha256": cfg.sha256()}
     params.update(mechanism_params or {})
-    rep = from_scores(frozen, membership, delta=cfg.delta, confidence=design.confidence,
-                      k_plus=design.preregistration.k_plus, k_minus=design.preregistration.k_minus,
-                      strategy=Explicit(), eps_nominal=design.epsilon,
-                      tie_break_seed=design.preregistration.tie_break_seed,
-                      preregistration=design.preregistration, power=design.plan,
-                      claim={"neighboring": "add_remove", "accountant": "pld",
-                             "mechanism": {"name": MECHANISM_NAME, "params": params}},
-                      canaries={"type": CANARY_TYPE, "added_slots": True, "score": SCORE_NAME},
-                      diagnostics=_diagnostics(diag_lines, signs, design))
+    rep = preregistered_report(frozen, membership, design, params, diagnostics=_diagnostics(diag_lines, signs, design))
     return rep, frozen, signs
+
+
+def preregistered_report(frozen, membership, design, params: dict, *, diagnostics: dict) -> AuditReport:
+    """The one-run report of a DP-GRPO canary audit: the pre-registered explicit guess rule, the accountant's ε as
+    the nominal claim, the power plan, the added canary slots; diagnostics beside the test, never in it."""
+    prereg = design.preregistration
+    return from_scores(frozen, membership, delta=design.config.delta, confidence=design.confidence,
+                       k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(), eps_nominal=design.epsilon,
+                       tie_break_seed=prereg.tie_break_seed, preregistration=prereg, power=design.plan,
+                       claim={"neighboring": "add_remove", "accountant": "pld",
+                              "mechanism": {"name": MECHANISM_NAME, "params": params}},
+                       canaries={"type": prereg.canary_type, "added_slots": True, "score": prereg.score},
+                       diagnostics=diagnostics)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -58,15 +58,14 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import (LOG_NAME, MECHANISM_NAME, PLAN_SIMS, PRIVATE_DIR, REVEAL_NAME, AuditPreset, CanaryIds,
+from audits.dpgrpo_canary import (LOG_NAME, PLAN_SIMS, PRIVATE_DIR, REVEAL_NAME, AuditPreset, CanaryIds,
                                   _accounted_epsilon, _check_seed, _check_trainer_cls, _private_dir,
                                   _write_private_json, calibrated_config, membership_seed, reserved_coordinates,
-                                  resolve_preset, split_log)
-from audits.one_run import check_open_unit, from_scores
+                                  preregistered_report, resolve_preset, split_log)
+from audits.one_run import check_open_unit
 from audits.power import PowerReport, plan
 from audits.report import AuditReport, audit_document, check_out_dir, write_audit
 from audits.score_models import Empirical
-from audits.strategies import Explicit
 from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
@@ -480,15 +479,8 @@ def analyse(model, tokenizer, log_path, design: InputAuditDesign, membership: cn
               "public_pretraining": design.pretraining, "pilot": design.pilot.to_json()}
     params.update(mechanism_params or {})
     telemetry = CanaryTelemetry.from_log(log_path, design.m)
-    rep = from_scores(frozen, membership, delta=cfg.delta, confidence=design.confidence,
-                      k_plus=design.preregistration.k_plus, k_minus=design.preregistration.k_minus,
-                      strategy=Explicit(), eps_nominal=design.epsilon,
-                      tie_break_seed=design.preregistration.tie_break_seed,
-                      preregistration=design.preregistration, power=design.plan,
-                      claim={"neighboring": "add_remove", "accountant": "pld",
-                             "mechanism": {"name": MECHANISM_NAME, "params": params}},
-                      canaries={"type": CANARY_TYPE, "added_slots": True, "score": SCORE_NAME},
-                      diagnostics=_diagnostics(telemetry, signs, design, view))
+    rep = preregistered_report(frozen, membership, design, params,
+                               diagnostics=_diagnostics(telemetry, signs, design, view))
     return rep, frozen, signs
 
 

@@ -12,14 +12,12 @@ with two direct dp-accounting evaluations (ε(σ) ≤ target < ε(σ − 1e-5)).
 
 from __future__ import annotations
 
-import time
-
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
 from privcheck.accounting import calibrate_sigma, calibration, dpsgd, epsilon_pld
+from tests.benchmarks.baseline import run_with_baseline
 
-ROUNDS = 3
 
 # Table VI, MATH ε = 8 reference row
 MATH_Q, MATH_SIGMA, MATH_T, MATH_DELTA = 128 / 6988, 0.4842404738068581, 50, 1 / 69880
@@ -43,36 +41,6 @@ def _dpa_epsilon(q, sigma, T, delta):
     return float(acc.get_epsilon(delta))
 
 
-def _timed(fn, rounds):
-    times, out = [], None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return out, times
-
-
-def _run(benchmark, target, baseline):
-    """Benchmark `target` and time `baseline` for the same number of rounds (None: no baseline)."""
-    rounds = 1 if benchmark.disabled else ROUNDS
-    own: list[float] = []
-
-    def timed_target():
-        start = time.perf_counter()
-        out = target()
-        own.append(time.perf_counter() - start)
-        return out
-
-    result = benchmark.pedantic(timed_target, rounds=rounds, iterations=1)
-    benchmark.extra_info["library_s"] = min(own)
-    if baseline is None:
-        return result, None
-    base_result, base_times = _timed(baseline, rounds)
-    benchmark.extra_info["baseline_s"] = min(base_times)
-    benchmark.extra_info["ratio_vs_baseline"] = min(own) / min(base_times)
-    return result, base_result
-
-
 def test_bench_pld_math_eps8_row(benchmark):
     def target():
         dpsgd._pld_epsilon.cache_clear()       # otherwise every round after the first is a cache hit
@@ -81,7 +49,7 @@ def test_bench_pld_math_eps8_row(benchmark):
     def baseline():
         return _dpa_epsilon(MATH_Q, MATH_SIGMA, MATH_T, MATH_DELTA)
 
-    eps, ref = _run(benchmark, target, baseline)
+    eps, ref = run_with_baseline(benchmark, target, baseline)
     benchmark.extra_info["baseline"] = "dp-accounting PLDAccountant, same row"
     assert abs(eps - ref) <= 1e-8
     assert abs(eps - 8.0) <= 1e-4                # Table VI "PLD repro"
@@ -98,7 +66,7 @@ def test_bench_calibrate_sigma(benchmark):
             _accountant, lambda s: _event(CAL_Q, s, CAL_T), CAL_EPS, CAL_DELTA,
             bracket_interval=dp_accounting.LowerEndpointAndGuess(0.3, 1.0), tol=1e-6)
 
-    cal, ref_sigma = _run(benchmark, target, None if benchmark.disabled else baseline)
+    cal, ref_sigma = run_with_baseline(benchmark, target, None if benchmark.disabled else baseline)
     benchmark.extra_info["baseline"] = "dp_accounting.calibrate_dp_mechanism(tol=1e-6), same target"
     benchmark.extra_info["evaluations"] = cal.evaluations
     assert cal.achieved.value <= CAL_EPS

@@ -10,37 +10,14 @@ m = 10⁵, r = 10⁴ in < 50 ms. The results are asserted against independent re
 from __future__ import annotations
 
 import math
-import time
 
 from scipy.special import betaincinv, logit
 from scipy.stats import binom
 
 from audits.one_run import eps_lower, p_value, search_eps_lower
+from tests.benchmarks.baseline import run_with_baseline
 
-ROUNDS = 3
 M, R = 100_000, 10_000
-
-
-def _run(benchmark, target, baseline):
-    """Benchmark `target` and time `baseline` for the same number of rounds."""
-    rounds = 1 if benchmark.disabled else ROUNDS
-    own: list[float] = []
-
-    def timed_target():
-        start = time.perf_counter()
-        out = target()
-        own.append(time.perf_counter() - start)
-        return out
-
-    result = benchmark.pedantic(timed_target, rounds=rounds, iterations=1)
-    base_times, base_result = [], None
-    for _ in range(rounds):
-        start = time.perf_counter()
-        base_result = baseline()
-        base_times.append(time.perf_counter() - start)
-    benchmark.extra_info.update(library_s=min(own), baseline_s=min(base_times),
-                                ratio_vs_baseline=min(own) / min(base_times))
-    return result, base_result
 
 
 def test_bench_eps_lower_m1e5_r1e4(benchmark):
@@ -53,7 +30,7 @@ def test_bench_eps_lower_m1e5_r1e4(benchmark):
     def baseline():                       # closed form: logit of the Clopper–Pearson lower bound (§3.4)
         return max(0.0, float(logit(betaincinv(v, R - v + 1, 0.05))))
 
-    found, closed = _run(benchmark, target, baseline)
+    found, closed = run_with_baseline(benchmark, target, baseline)
     benchmark.extra_info.update(baseline="δ = 0 closed form logit(Beta⁻¹(p; v, r−v+1))",
                                 pval_evaluations=found.evaluations)
     assert not found.search_capped
@@ -69,7 +46,7 @@ def test_bench_eps_lower_perfect_guessing(benchmark):
     def baseline():
         return float(binom.sf(R - 1, R, 0.99))
 
-    eps, _ = _run(benchmark, target, baseline)
+    eps, _ = run_with_baseline(benchmark, target, baseline)
     benchmark.extra_info["baseline"] = "one scipy.stats.binom.sf call"
     assert eps <= -math.log(0.05 ** (-1 / R) - 1)              # the δ = 0 value bounds it from above
     assert p_value(M, R, R, eps, 1e-5) < 0.05 <= p_value(M, R, R, eps + 1e-9, 1e-5)

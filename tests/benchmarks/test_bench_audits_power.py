@@ -1,6 +1,6 @@
 """Benchmarks of the audit power analysis (audits/power.py): 200 simulated audits with m = 10,000 canaries.
 
-`make bench` runs them with timing (ROUNDS each); the default run (`--benchmark-disable`) executes each plan once as
+`make bench` runs them with timing (3 rounds each); the default run (`--benchmark-disable`) executes each plan once as
 a smoke test and skips the baselines. Nothing asserts a time: the ratio (plan / baseline, best of the rounds) goes to
 `benchmark.extra_info['ratio_vs_baseline']`. The results are asserted.
 
@@ -13,42 +13,17 @@ Baselines, timed in the same process:
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
 from audits import power
 from audits.one_run import eps_lower
 from audits.score_models import DPSGDDirac, Perfect
+from tests.benchmarks.baseline import run_with_baseline
 
-ROUNDS = 3
 M, SIMS = 10_000, 200
 GRPO = dict(q=128 / 6988, sigma=0.612058477104, steps=100)       # DP-GRPO paper configuration
 DELTA_GRPO, EPS_NOMINAL_GRPO = 1 / 69880, 5.03849813457551       # nominal: PLD ε of that configuration
-
-
-def _run(benchmark, target, baseline):
-    """Benchmark `target`; time `baseline` for the same number of rounds when benchmarking is enabled."""
-    rounds = 1 if benchmark.disabled else ROUNDS
-    own: list[float] = []
-
-    def timed_target():
-        start = time.perf_counter()
-        out = target()
-        own.append(time.perf_counter() - start)
-        return out
-
-    result = benchmark.pedantic(timed_target, rounds=rounds, iterations=1)
-    benchmark.extra_info["library_s"] = min(own)
-    if not benchmark.disabled:
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            baseline()
-            times.append(time.perf_counter() - start)
-        benchmark.extra_info["baseline_s"] = min(times)
-        benchmark.extra_info["ratio_vs_baseline"] = min(own) / min(times)
-    return result
 
 
 def test_bench_plan_dpsgd_dirac_llr(benchmark):
@@ -65,7 +40,7 @@ def test_bench_plan_dpsgd_dirac_llr(benchmark):
         for start in range(0, total, block):
             rng.standard_normal(min(block, total - start), dtype=np.float32)
 
-    report = _run(benchmark, target, baseline)
+    report, _ = run_with_baseline(benchmark, target, None if benchmark.disabled else baseline)
     benchmark.extra_info["baseline"] = "float32 standard normals of the same simulation"
     benchmark.extra_info["planned_eps_lower"] = report.planned_eps_lower
     assert report.planned_eps_lower >= 1.5                         # issue 5 planning figure
@@ -84,7 +59,7 @@ def test_bench_plan_perfect(benchmark):
             v = included[order[:M // 2]].sum() + (~included[order[M // 2:]]).sum()
             eps_lower(M, M, int(v), 1e-5, 0.05)
 
-    report = _run(benchmark, target, baseline)
+    report, _ = run_with_baseline(benchmark, target, None if benchmark.disabled else baseline)
     benchmark.extra_info["baseline"] = "naive loop: per audit a full sort and one EPS_LB call"
     assert report.planned_eps_lower == eps_lower(M, M, M, 1e-5, 1 - 0.95)   # perfect plan = ceiling, at r = m
     assert report.mc_median < report.planned_eps_lower                 # realised imbalance costs guesses

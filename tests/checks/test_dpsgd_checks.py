@@ -250,7 +250,11 @@ PLUGIN = "privcheck.checks.pytest_plugin"
 def _project(tmp_path, clip=None):
     if clip is not None:
         (tmp_path / "conftest.py").write_text(CONFTEST.format(clip=clip))
-    (tmp_path / "test_own.py").write_text("def test_own():\n    assert 1 + 1 == 2\n")
+    # The project's own test: the installed plugin is loaded through its pytest11 entry point (autoload), with or
+    # without --privcheck; without the flag it must add nothing else (test_plugin_inert_without_option).
+    (tmp_path / "test_own.py").write_text(
+        "def test_own(request):\n"
+        f"    assert request.config.pluginmanager.has_plugin({PLUGIN!r})\n")
     return tmp_path
 
 
