@@ -1,4 +1,5 @@
-"""Black-box pair audit with a selection/test split (spec audits.md §8.1–§8.2).
+"""Black-box pair audit with a selection/test split (docs/audits.md, "Black-box pair audits of the selection
+mechanisms").
 
 Guarantee. `pair_audit` draws n outputs of 𝓜(D) and n of 𝓜(D′), splits each side at random into a
 selection half A and a test half B, chooses a direction and an event E on A only, and tests that one
@@ -11,9 +12,9 @@ If 𝓜 satisfies P[𝓜(D) ∈ E] ≤ e^ε·P[𝓜(D′) ∈ E] + δ (and the s
 P[ε_lower > ε] ≤ p: given A, the event and direction are fixed, and both CP bounds hold together with
 probability ≥ 1 − p, in which case (p₁_lo − δ)/p₂_up ≤ (P₁(E) − δ)/P₂(E) ≤ e^ε. No multiplicity correction
 is needed because B is looked at once. For an ex-post claim the value to compare with is the largest
-ex-post loss over the outputs in E (§8.1); pass it as a callable `eps_nominal(event, direction)`.
+ex-post loss over the outputs in E; pass it as a callable `eps_nominal(event, direction)`.
 
-Why the split (§8.2): choosing E on the data it is tested on picks the luckiest of many events, so even a
+Why the split: choosing E on the data it is tested on picks the luckiest of many events, so even a
 mechanism with identical laws on D and D′ gets a positive "bound" far more often than p. The library
 implements only the split form; `select_event` and `bound_from_counts` are exposed so that tests can show
 the same-data failure.
@@ -23,7 +24,7 @@ Event families (all evaluated on A only):
 * `TopPrefixes(max_j)`: outputs ranked by their plug-in ratio on A, the events are the top-j prefix sets;
 * `Thresholds(summary)`: {s(o) ≥ τ} and {s(o) ≤ τ} for τ among A's values of a scalar summary s;
 * `Fixed(events)`: events declared in advance (pre-registration).
-Criterion (default "plugin_ratio", the spec's rule): maximise ln(P̂₁(E)/P̂₂(E)) with P̂ = (k + ½)/(n_A + 1).
+Criterion (default "plugin_ratio"): maximise ln(P̂₁(E)/P̂₂(E)) with P̂ = (k + ½)/(n_A + 1).
 "predicted_bound" instead maximises the bound B would give if its frequencies equalled A's plug-in ones;
 it is equally valid (it reads only A) and has more power for rare tail events such as thresholds.
 Ties: larger numerator count on A, then a random key drawn from the audit's own generator.
@@ -45,6 +46,7 @@ import numpy as np
 from scipy.stats import beta
 
 from audits import report as rep
+from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 PSEUDO_COUNT = 0.5
@@ -160,7 +162,7 @@ def _bound(p1_lo, p2_up, delta):
 
 def bound_from_counts(k1: int, n1: int, k2: int, n2: int, *, delta: float, confidence: float
                       ) -> tuple[float, float, float]:
-    """(ε_lower, p₁_lo, p₂_up) for k₁ of n₁ draws of side 1 and k₂ of n₂ of side 2 in E (spec §8.1)."""
+    """(ε_lower, p₁_lo, p₂_up) for k₁ of n₁ draws of side 1 and k₂ of n₂ of side 2 in E."""
     a = (1.0 - confidence) / 2.0
     p1_lo, p2_up = float(cp_lower(k1, n1, a)), float(cp_upper(k2, n2, a))
     return float(_bound(p1_lo, p2_up, delta)), p1_lo, p2_up
@@ -260,7 +262,7 @@ def _candidates(family, num, den, scorer, rng):
 def select_event(select_D: np.ndarray, select_Dprime: np.ndarray, event_family, *, criterion: str = "plugin_ratio",
                  n_test: tuple[int, int] | None = None, delta: float = 0.0, confidence: float = 0.95,
                  rng: np.random.Generator | None = None) -> EventChoice:
-    """Choose (direction, event) on selection draws only (spec §8.1). `n_test` (sizes of the test parts of
+    """Choose (direction, event) on selection draws only. `n_test` (sizes of the test parts of
     D and D′) is used by the "predicted_bound" criterion. Ties: larger numerator count, then a random key."""
     families = _families(event_family)
     if criterion not in CRITERIA:
@@ -304,40 +306,27 @@ def _families(event_family) -> tuple:
         if isinstance(item, Fixed) and not item.events:
             raise InvalidParameter("event_family", item, "Fixed(events) with at least one event")
         if isinstance(item, TopPrefixes) and item.max_j is not None:
-            check_count("event_family.max_j", item.max_j, 1)
+            val.count("event_family.max_j", item.max_j, 1)
         if isinstance(item, Thresholds):
-            check_count("event_family.max_thresholds", item.max_thresholds, 2)
+            val.count("event_family.max_thresholds", item.max_thresholds, 2)
         out.append(item)
     if not out:
         raise InvalidParameter("event_family", event_family, "a non-empty family or sequence of families")
     return tuple(out)
 
 
-def check_count(name: str, value, minimum: int) -> int:
-    """An integer >= minimum (bools and floats rejected)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < minimum:
-        raise InvalidParameter(name, value, f"an integer >= {minimum}")
-    return int(value)
-
-
-def check_open_unit(name: str, value) -> float:
-    """A level or fraction in (0, 1) (NaN rejected)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 < float(value) < 1.0:
-        raise InvalidParameter(name, value, "(0, 1)")
-    return float(value)
-
-
-def check_delta(value) -> float:
-    """δ in [0, 1)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) < 1.0:
-        raise InvalidParameter("delta", value, "[0, 1)")
-    return float(value)
+def check_delta(value, name: str = "delta") -> float:
+    """δ in [0, 1): at δ = 1 every bound is 0, so such a claim cannot be audited."""
+    x = val.real(name, value, "[0, 1)")
+    if not 0.0 <= x < 1.0:
+        raise InvalidParameter(name, value, "[0, 1)")
+    return x
 
 
 def _seed(value):
     if value is None:
         return None
-    return check_count("seed", value, 0)
+    return val.count("seed", value, 0)
 
 
 def _draws(name: str, sampler: Sampler, n: int, gen: np.random.Generator) -> np.ndarray:
@@ -374,7 +363,7 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
                delta: float, confidence: float, seed: int | None, criterion: str = "plugin_ratio",
                eps_nominal=None, claim: dict | None = None, pair_id: str | None = None,
                diagnostics: dict | None = None) -> rep.AuditReport:
-    """Black-box pair audit of spec §8.1; returns an `AuditReport` with method "blackbox_pair".
+    """Black-box pair audit (module docstring); returns an `AuditReport` with method "blackbox_pair".
 
     `n` draws per side (n ≥ 2), of which round(n·split_frac) (at least 1, at most n − 1) select the event.
     `eps_nominal`: the certified ε of the claim (a float), or for ex-post mechanisms a callable
@@ -388,9 +377,9 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
         raise InvalidParameter("sample_D", type(sample_D).__name__, "a callable (size, generator) -> array")
     if not callable(sample_Dprime):
         raise InvalidParameter("sample_Dprime", type(sample_Dprime).__name__, "a callable (size, generator) -> array")
-    n = check_count("n", n, 2)
-    split_frac = check_open_unit("split_frac", split_frac)
-    confidence = check_open_unit("confidence", confidence)
+    n = val.count("n", n, 2)
+    split_frac = val.open_unit("split_frac", split_frac)
+    confidence = val.open_unit("confidence", confidence)
     delta = check_delta(delta)
     seed = _seed(seed)
     families = _families(event_family)
@@ -445,6 +434,5 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
 
 
 __all__ = ["ASSUMPTIONS", "CRITERIA", "DIRECTIONS", "DPRIME_OVER_D", "D_OVER_DPRIME", "Event", "EventChoice", "Fixed",
-           "PSEUDO_COUNT", "Singletons", "Thresholds", "TopPrefixes", "bound_from_counts", "check_count",
-           "check_delta", "check_open_unit", "cp_lower", "cp_upper",
-           "pair_audit", "select_event"]
+           "PSEUDO_COUNT", "Singletons", "Thresholds", "TopPrefixes", "bound_from_counts", "check_delta",
+           "cp_lower", "cp_upper", "pair_audit", "select_event"]

@@ -1,6 +1,6 @@
 """Canary membership for one-run audits: secret coins, the hash commitment, pre-registration, sealed reveal.
 
-Guarantees (spec audits.md §3.1, §3.5, §7.5):
+Guarantees (protocol and assumptions: docs/audits.md, "Pre-registration and the sealed membership"):
 * `draw_membership(m)` draws S_i ∈ {−1, +1} i.i.d. uniform from OS entropy (`secrets`); with a `seed` it
   uses numpy's generator instead and every report built from it says "seeded: not an audit release".
 * `commit(S, canary_ids, salt)` is `"sha256:" + hex(SHA-256(salt ‖ ids ‖ bits))`: salt is 32 bytes, ids is
@@ -33,14 +33,21 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import RandomnessPolicy
+
+__all__ = ["FrozenScores", "Membership", "Preregistration", "SALT_BYTES", "TIE_BREAK_SEED", "as_signs",
+           "check_scores", "commit", "draw_membership", "freeze_scores", "new_salt", "score_canaries", "tick",
+           "verify"]
 
 SALT_BYTES = 32
 TIE_BREAK_SEED = 0x5EED_7135   # public default: the tie-break key only has to be independent of S
 _CLOCK = itertools.count(1)
 
 
-def _tick() -> int:
+def tick() -> int:
+    """The next value of the process-wide logical clock that orders draws, freezes, declarations and reveals."""
     return next(_CLOCK)
 
 
@@ -84,7 +91,7 @@ class Membership:
         bits.setflags(write=False)
         self._bits = bits
         self._source = source
-        self._drawn_at = _tick()
+        self._drawn_at = tick()
         self._revealed_at: int | None = None
 
     @property
@@ -126,7 +133,7 @@ class Membership:
                                    f"scores frozen before the membership was revealed (t={self._revealed_at}); "
                                    "S may have reached the scoring function")
         if self._revealed_at is None:
-            self._revealed_at = _tick()
+            self._revealed_at = tick()
         return self._bits
 
     def __repr__(self) -> str:
@@ -141,18 +148,18 @@ class Membership:
 
 
 def draw_membership(m: int, seed: int | None = None) -> Membership:
-    """m i.i.d. fair coins: OS entropy (an audit release) or, with `seed`, numpy's PCG64 (tests only)."""
-    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-        raise InvalidParameter("m", m, "an integer >= 1")
-    m = int(m)
-    if seed is None:
+    """m i.i.d. fair coins: OS entropy (an audit release) or, with `seed`, the seeded numpy generator of
+    `privcheck.randomness.RandomnessPolicy` (tests only; never an audit release)."""
+    m = val.count("m", m, 1)
+    if seed is not None:
+        seed = val.count("seed", seed, 0)
+    policy = RandomnessPolicy.from_setting(seed)
+    if policy.privacy_release:
         raw = np.frombuffer(secrets.token_bytes(math.ceil(m / 8)), dtype=np.uint8)
         present = np.unpackbits(raw)[:m].astype(bool)
-        return Membership(present, "os_entropy")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise InvalidParameter("seed", seed, "an integer >= 0 or None")
-    present = np.random.default_rng(int(seed)).integers(0, 2, size=m).astype(bool)
-    return Membership(present, "seeded")
+    else:
+        present = policy.numpy_generator().integers(0, 2, size=m).astype(bool)
+    return Membership(present, policy.mode)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -185,7 +192,7 @@ def _digest(S, canary_ids: Sequence, salt: bytes) -> str:
 
 
 def commit(S, canary_ids: Sequence, salt: bytes) -> str:
-    """`"sha256:" + hex(SHA-256(salt ‖ ids ‖ bits))` (spec §3.1 commitment format)."""
+    """`"sha256:" + hex(SHA-256(salt ‖ ids ‖ bits))` (the commitment format of the module docstring)."""
     if isinstance(S, Membership):
         return S.commit(canary_ids, salt)
     return _digest(S, canary_ids, salt)
@@ -207,7 +214,7 @@ class FrozenScores:
     """Canary scores fixed at logical time `frozen_at` (a read-only float64 copy)."""
 
     values: np.ndarray
-    frozen_at: int = field(default_factory=_tick)
+    frozen_at: int = field(default_factory=tick)
 
     @property
     def m(self) -> int:
@@ -254,7 +261,8 @@ def score_canaries(score_fn: Callable[[Any, Any], float], output, canaries: Sequ
 
 @dataclass(frozen=True)
 class Preregistration:
-    """What §7.5 requires to be fixed before training; `digest` identifies it in the report."""
+    """What must be fixed before training (guess rule, levels, canaries, commitment); `digest` identifies it in
+    the report."""
 
     m: int
     delta: float
@@ -267,14 +275,12 @@ class Preregistration:
     score: str | None = None
     tie_break_seed: int = TIE_BREAK_SEED
     commitment: str | None = None
-    registered_at: int = field(default_factory=_tick, compare=False)
+    registered_at: int = field(default_factory=tick, compare=False)
 
     def __post_init__(self):
-        from audits.one_run import check_delta, check_int, check_open_unit
-
-        object.__setattr__(self, "m", check_int("m", self.m, 1))
-        object.__setattr__(self, "delta", check_delta(self.delta))
-        object.__setattr__(self, "confidence", check_open_unit("confidence", self.confidence))
+        object.__setattr__(self, "m", val.count("m", self.m, 1))
+        object.__setattr__(self, "delta", val.unit_interval("delta", self.delta))
+        object.__setattr__(self, "confidence", val.open_unit("confidence", self.confidence))
         if self.selection not in ("explicit", "bonferroni", "split"):
             raise InvalidParameter("selection", self.selection, "'explicit', 'bonferroni' or 'split'")
         object.__setattr__(self, "family", tuple(tuple(int(k) for k in pair) for pair in self.family))

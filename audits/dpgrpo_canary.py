@@ -1,81 +1,102 @@
 """One-run canary audit of DP-GRPO with gradient-space Dirac canaries and white-box per-step LLR scores.
 
-Spec audits.md §3.1 (protocol), §6 (power), §7.3 (Dirac canaries), §7.5 (added slots, pre-registration), §7.6
-(diagnostics), §10 (report); dpgrpo.md §11 (the trainer's canary hooks).
-
-What `run_gradient_canary_audit` guarantees, in protocol order:
+The protocol, its scope and the measured figures are in docs/audits.md ("Auditing DP-GRPO in one run"); the
+one-run test itself is `audits.one_run`. What `run_gradient_canary_audit` guarantees, in protocol order:
 
 1. **Before training** (`design_gradient_audit`): the configuration is public — an audit preset (model, task and
-   mechanism constants of a `dpgrpo` preset, with the audit's q and T), σ calibrated by privcheck for the target ε
-   at δ = 1/(10·n′), n′ = n + m. The power plan (`audits.power.plan` with `dpsgd_dirac(q, σ, T, llr, τ)`) fixes
-   (k₊, k₋); reserved coordinates J come from a fixed public rule (the last or first m coordinates of the LoRA
-   ParamSpace), never from S; S is drawn by `audits.canary.draw_membership` (OS entropy; seeded only in tests),
-   committed with a fresh salt, and the `Preregistration` (m, canary type, score, k₊, k₋, tie-break key, δ, p,
-   commitment) is made.
+   mechanism constants of a `dpgrpo` preset, with the audit's q and T) and the privacy plan
+   (`privcheck.accounting.DPSGDPlan`, `audit_plan`): n real records plus m canary slots, σ calibrated by
+   `DPSGDPlan.from_target` for the target ε at δ = 1/(10·n′), n′ = n + m. The certified ε is the plan's
+   (`plan.epsilon()`, the accountant applied to the plan's event) and nothing else. The power plan
+   (`audits.power.plan` with `dpsgd_dirac(q, σ, T, llr, τ)`) fixes (k₊, k₋); reserved coordinates J come from a
+   fixed public rule (the last or first m coordinates of the LoRA ParamSpace), never from S; S is drawn by
+   `audits.canary.draw_membership` (OS entropy; seeded only in tests), committed with a fresh salt, and the
+   `Preregistration` (m, canary type, score, k₊, k₋, tie-break key, δ, p, commitment) is made.
 2. **Training**: m canary slots `C·e_{j_i}` are appended after the n real slots (`SlotUniverse.append_canaries`,
-   real records never replaced); (q, σ, T, δ) are unchanged, and ε is computed by the PLD accountant for the
-   configuration before and for the trainer's privacy claim after the canaries were added — the audit stops if
-   they differ. `AuditHooks` writes U_t[J] = S_t[J] + z_t[J] to the auditor's private log (mode 0600).
+   real records never replaced); (q, σ, T, δ) are unchanged and the public divisor is the plan's q·(n + m). The
+   trainer's privacy claim must report the audit's plan, canary slots and commitment, and the ε the plan gives
+   without canaries must be the one it gives with them — the audit stops otherwise. `AuditHooks` writes
+   U_t[J] = S_t[J] + z_t[J] to the auditor's private log (mode 0600).
 3. **Scoring**: only the log's `round` lines are read; y_t = U_t[j_i]/(σC) and each canary's score is the
-   Neyman–Pearson per-step LLR of `audits.score_models.DPSGDDirac` (§6.3). The scorer receives the log view and
-   the canary, never S; scores are frozen before S is revealed (`audits.canary.score_canaries`).
+   Neyman–Pearson per-step LLR of `audits.score_models.DPSGDDirac`. The scorer receives the log view and the
+   canary, never S; scores are frozen before S is revealed (`audits.canary.score_canaries`).
 4. **Reveal and test**: S is revealed against the frozen scores, the commitment is verified, and
    `audits.one_run.from_scores` applies the pre-registered rule (Explicit, fixed tie-break key).
-5. **Diagnostics** (§7.6: realised inclusions, present canaries never sampled, absent canaries ever sampled,
-   pre-clip norms, cross-talk on J, AUROC) come from the log's separate `diagnostics` lines and are only copied
-   into the report; the statistic never reads them.
+5. **Diagnostics** (realised inclusions, present canaries never sampled, absent canaries ever sampled, pre-clip
+   norms, cross-talk on J, AUROC) come from the log's separate `diagnostics` lines and are only copied into the
+   report; the statistic never reads them.
 
-Scope (§7.3): Dirac canaries audit Poisson sampling, clipping, noise and accounting, not record isolation or
-the rollout/reward path. With `mask_real=True` (default) real records' gradients are zeroed on J before
-clipping (a fixed per-record map, dpgrpo.md §11), so the scores follow the plan's model with τ = 0.
+Scope: Dirac canaries audit Poisson sampling, clipping, noise and accounting, not record isolation or the
+rollout/reward path. With `mask_real=True` (default) real records' gradients are zeroed on J before clipping (a
+fixed per-record map, so it does not change any record's sensitivity), and the scores follow the power plan's
+model with τ = 0.
 
 Assumptions: the trainer honours the hooks (it writes ĝ_t[J]·q·n′ and reads canary presence like any presence
-bit); the audit's claim is the per-slot add/remove (ε, δ) of the PLD accountant at (q, σ, T, δ). A seeded run
-(`seed=`) is a test, not an audit release, and its report says so.
+bit); the audit's claim is the per-slot add/remove (ε, δ) of the plan. A seeded run (`seed=`) is a test, not an
+audit release, and its report says so.
+
+The helpers the input-space audit shares (presets, plan and configuration, private files, the claim check, the
+report) are public here.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
-import hashlib
-import json
 import math
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from audits import canary as cn
-from audits.one_run import check_open_unit, from_scores
-from audits.power import PowerReport, plan
-from audits.report import AuditReport, audit_document, check_out_dir, write_audit
+from audits.one_run import from_scores
+from audits.power import PowerReport
+from audits.power import plan as power_plan
+from audits.report import (
+    ARTIFACT,
+    SCHEMA_FILE,
+    AuditReport,
+    audit_document,
+    check_out_dir,
+)
 from audits.score_models import DPSGDDirac
 from audits.strategies import Explicit
 from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
-from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
+
+__all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAME", "PLAN_SIMS",
+           "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME", "SEED_NAMESPACE",
+           "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary", "GradientAuditDesign", "GradientAuditResult",
+           "StepLLR", "analyse_log", "audit_config", "audit_plan", "audit_preset", "check_fresh_out", "check_seed",
+           "check_trainer_cls", "checked_privacy_claim", "design_gradient_audit", "dirac_canaries",
+           "epsilon_with_canaries", "membership_seed", "plan_params", "preregistered_report", "private_dir",
+           "reserved_coordinates", "resolve_preset", "run_gradient_canary_audit", "score_rounds", "split_log",
+           "write_audit_files"]
 
 CANARY_TYPE = "gradient_dirac"
 SCORE_NAME = "whitebox_step_llr"
-MECHANISM_NAME = "dp-grpo"
+MECHANISM_NAME = "dpgrpo"   # the one spelling in artifacts (the CLI verb is dp-grpo)
 RESERVED_RULES = ("last", "first")
 PRIVATE_DIR = "private"
 LOG_NAME = "auditor_log.jsonl"
 REVEAL_NAME = "reveal.json"
 PLAN_SIMS = 200
+SEED_NAMESPACE = "privcheck.audits.dpgrpo"
+PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
+REPORT_RELATION = {"add_remove": "add_remove", "replace_one": "replace"}     # plan relation → report spelling
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Audit presets: the public model, task and mechanism constants of a dpgrpo preset, with an audit-friendly q.
 
 
-AUDIT_Q = 0.5      # audit-friendly sampling rate (spec §7.2: validate at large q); tiny-cpu trains at q = 0.25
+# Audit-friendly sampling rate: one-run audits have little power at small q (docs/audits.md, "The DP-GRPO planning
+# figure"), so implementations are validated at large q; tiny-cpu itself trains at q = 0.25.
+AUDIT_Q = 0.5
 
 
 @dataclass(frozen=True)
@@ -177,7 +198,7 @@ class AuditorView:
 
     @classmethod
     def from_rounds(cls, rounds: list[dict], reserved: tuple[int, ...], rounds_expected: int,
-                    sigma_C: float) -> "AuditorView":
+                    sigma_C: float) -> AuditorView:
         rounds = sorted(rounds, key=lambda r: r["t"])
         if [r["t"] for r in rounds] != list(range(1, rounds_expected + 1)):
             raise PrivcheckError(f"auditor log: expected rounds 1..{rounds_expected}, found "
@@ -200,13 +221,163 @@ class AuditorView:
 
 @dataclass(frozen=True)
 class StepLLR:
-    """Per-step Neyman–Pearson score of spec §6.3 (the `DPSGDDirac` "llr" statistic) on observed y_t:
-    Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²)), s = sqrt(1 + τ²)."""
+    """The per-step Neyman–Pearson score (the `DPSGDDirac` "llr" statistic) on observed y_t:
+    Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²)), s = sqrt(1 + τ²): the log-likelihood ratio of "included"
+    (y_t ~ B_t/σ + s·Z_t, B_t ~ Bern(q)) against "excluded" (y_t ~ s·Z_t), summed over independent rounds
+    (docs/audits.md, "Score models")."""
 
     model: DPSGDDirac
 
     def __call__(self, view: AuditorView, canary: DiracCanary) -> float:
         return self.model.llr(view.steps(canary.coordinate))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The privacy plan, the trainer's configuration and the checks of the trainer's claim (shared by both canary types).
+
+
+def audit_plan(*, n_real: int, m: int, q: float, T: int, target_epsilon: float, C: float):
+    """The audit's privacy plan: n_real real records and m canary slots sampled at rate q for T rounds, clip norm C,
+    δ = 1/(10·(n_real + m)), σ calibrated for `target_epsilon` by `DPSGDPlan.from_target` (which never overshoots
+    and caches the calibration, so a pilot, an audit and its tests at one configuration calibrate once)."""
+    from privcheck.accounting import DPSGDPlan
+
+    # DPGRPOConfig stores the expected batch q·n and derives q from it; plan at that rate, which can differ from q
+    # in the last bit, so that the trainer's configuration represents the plan exactly.
+    rate = val.sampling_rate("q", q) * n_real / n_real
+    return DPSGDPlan.from_target(records=n_real, sampling_rate=rate, clip_norm=C, steps=T,
+                                 delta=1.0 / (10 * (n_real + m)), target_epsilon=target_epsilon, canaries=m)
+
+
+def audit_config(preset: AuditPreset, plan, *, seed: int | None):
+    """The audit's public `DPGRPOConfig`: the plan's privacy parameters (its calibration included) with the preset's
+    training settings; OS-entropy randomness, or `seed` for a test run. The configuration describes the n real
+    records only; the trainer adds the canary slots of its universe to the plan. Refused (CalibrationMismatch)
+    unless the configuration's plan is `plan` without its canaries."""
+    from mechanisms.dpgrpo.config import DPGRPOConfig
+
+    config = DPGRPOConfig(n=plan.records, m=plan.expected_batch_size, T=plan.steps, sigma=plan.noise_multiplier,
+                          C=plan.clip_norm, delta=plan.delta, target_epsilon=plan.target_epsilon,
+                          calibration=plan.calibration, randomness="os_entropy" if seed is None else seed,
+                          **preset.config_kwargs)
+    if config.plan != plan.replace(canaries=0):
+        raise CalibrationMismatch(f"the DP-GRPO configuration's plan {config.plan.to_json()} is not the audit's "
+                                  f"{plan.to_json()} without its canaries")
+    return config
+
+
+def plan_params(plan) -> dict:
+    """The mechanism parameters a DP-GRPO audit report states, all from `plan.claim()`."""
+    claim = plan.claim()
+    return {"q": claim["sampling_rate"], "sigma": claim["noise_multiplier"], "steps": claim["steps"],
+            "C": claim["clip_norm"], "n": claim["records"], "n_canary": claim["canaries"],
+            "divisor": claim["divisor"], "target_epsilon": claim["target_epsilon"],
+            "epsilon_without_canaries": plan.replace(canaries=0).epsilon().value}
+
+
+def checked_privacy_claim(trainer, plan, *, commitment: str) -> dict:
+    """The trainer's privacy claim before training, refused (PrivcheckError) unless it reports the canary slots of
+    `plan` and the auditor's commitment, the trainer's plan is `plan` (same event, δ, records and canary slots, hence
+    the same divisor) and its claimed ε is the plan's."""
+    claim = trainer.privacy_claim
+    if claim is None or claim["n_canary"] != plan.canaries or claim["canary_commitment"] != commitment:
+        raise PrivcheckError("the trainer does not report the canary slots and the auditor's commitment")
+    trained = trainer.plan
+    if trained != plan:
+        raise PrivcheckError(f"the trainer's privacy plan {None if trained is None else trained.to_json()} is not "
+                             f"the audit's {plan.to_json()}")
+    if claim["epsilon"] != plan.epsilon().value:
+        raise PrivcheckError(f"the trainer claims ε = {claim['epsilon']!r}, its plan gives {plan.epsilon().value!r}")
+    return claim
+
+
+def epsilon_with_canaries(trainer, claim: dict, plan) -> float:
+    """The certified ε of the trained run with its canary slots, checked again after training: the trainer's plan
+    is still `plan` and its claim (`checked_privacy_claim`) the plan's ε; canaries enter only the divisor, so the
+    plan without them gives the same ε. Raises PrivcheckError otherwise (the audit stops before scoring)."""
+    if trainer.plan != plan:
+        raise PrivcheckError("the trainer's privacy plan changed during training")
+    certified = plan.epsilon().value
+    without = plan.replace(canaries=0).epsilon().value
+    if claim["epsilon"] != certified or without != certified:
+        raise PrivcheckError(f"ε changed when canaries were added: {without!r} → {claim['epsilon']!r} "
+                             f"(plan: {certified!r})")
+    return certified
+
+
+def preregistered_report(frozen, membership, design, params: dict, *, diagnostics: dict) -> AuditReport:
+    """The one-run report of a DP-GRPO canary audit: the pre-registered explicit guess rule, the plan's certified
+    ε as the nominal claim, the power plan, the added canary slots; diagnostics beside the test, never in it."""
+    prereg, claim = design.preregistration, design.plan.claim()
+    accountant = design.plan.epsilon().method
+    return from_scores(frozen, membership, delta=claim["delta"], confidence=design.confidence,
+                       k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(), eps_nominal=claim["epsilon"],
+                       tie_break_seed=prereg.tie_break_seed, preregistration=prereg, power=design.power,
+                       claim={"neighboring": REPORT_RELATION[claim["neighboring"]], "accountant": accountant,
+                              "mechanism": {"name": MECHANISM_NAME, "params": params}},
+                       canaries={"type": prereg.canary_type, "added_slots": True, "score": prereg.score},
+                       diagnostics=diagnostics)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Input checks and the audit's files (shared by both canary types).
+
+
+def check_seed(seed):
+    """None (OS entropy: an audit release) or a seed >= 0 (a test run)."""
+    return None if seed is None else val.count("seed", seed, minimum=0)
+
+
+def check_trainer_cls(trainer_cls):
+    """`DPTrainer` or a subclass (the trainer to audit)."""
+    from mechanisms.dpgrpo.trainer import DPTrainer
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, DPTrainer)):
+        raise InvalidParameter("trainer_cls", trainer_cls, "DPTrainer or a subclass")
+    return trainer_cls
+
+
+def check_fresh_out(out_dir) -> Path | None:
+    """The output directory (None: no artifact), refused if it already holds an auditor log."""
+    out = None if out_dir is None else check_out_dir(out_dir)
+    if out is not None and (out / PRIVATE_DIR / LOG_NAME).exists():
+        raise InvalidParameter("out", str(out), "a directory without a previous auditor log (one audit per directory)")
+    return out
+
+
+def private_dir(out: Path | None) -> Path:
+    """out/private with mode 0700, where the hooks write the auditor's logs during training (one audit per
+    directory); a fresh temporary directory when there is no output directory."""
+    if out is None:
+        return Path(tempfile.mkdtemp(prefix="privcheck-audit-"))
+    private = out / PRIVATE_DIR
+    if (private / LOG_NAME).exists():
+        raise InvalidParameter("out", str(out), "a directory without a previous auditor log (one audit per directory)")
+    private.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    os.chmod(private, PRIVATE_DIR_MODE)
+    return private
+
+
+def write_audit_files(out: Path | None, private: Path, reveal: dict, report: AuditReport
+                      ) -> tuple[Path | None, dict | None]:
+    """Write `private/reveal.json` (mode 0600) and, with an output directory, the sealed, schema-valid `audit.json`
+    together through `privcheck.artifacts.ArtifactDirectory` (both or neither); returns (artifact path, document)."""
+    from privcheck.artifacts import ArtifactDirectory
+
+    if out is None:
+        with ArtifactDirectory(private) as staging:
+            staging.write_json(REVEAL_NAME, reveal, mode=PRIVATE_FILE_MODE)
+        return None, None
+    with ArtifactDirectory(out) as staging:
+        staging.mkdir(PRIVATE_DIR, mode=PRIVATE_DIR_MODE)
+        staging.write_json(f"{PRIVATE_DIR}/{REVEAL_NAME}", reveal, mode=PRIVATE_FILE_MODE)
+        document = staging.write_json(ARTIFACT, audit_document(report), schema=SCHEMA_FILE)
+    return out / ARTIFACT, document
+
+
+def membership_seed(seed: int) -> int:
+    """The membership seed of a seeded (test) audit, derived from `seed` apart from the trainer's seeds."""
+    from privcheck.randomness import derive_seed
+    return derive_seed(seed, "membership", namespace=SEED_NAMESPACE)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -227,35 +398,30 @@ class CanaryIds:
 
 @dataclass(frozen=True, eq=False)
 class GradientAuditDesign(CanaryIds):
-    """The public, pre-registered design of one audit (fixed before training; holds no membership bits)."""
+    """The public, pre-registered design of one audit (fixed before training; holds no membership bits). `plan` is
+    the privacy plan of the audited run: the certified ε is its ε and nothing else."""
 
     preset: str
-    config: object                   # mechanisms.dpgrpo.config.DPGRPOConfig
+    plan: object                     # privcheck.accounting.DPSGDPlan: n real records + m canary slots
+    config: object                   # mechanisms.dpgrpo.config.DPGRPOConfig (its plan: `plan` without canaries)
     n_real: int
     canaries: tuple[DiracCanary, ...]
     reserved_rule: str
     mask_real: bool
     interference: float
-    epsilon: float                   # PLD ε at (q, σ, T, δ) without canaries
-    plan: PowerReport
+    power: PowerReport
     preregistration: cn.Preregistration
     score: StepLLR
     confidence: float
 
     @property
+    def epsilon(self) -> float:
+        """The certified ε: the plan's, from its event by the accountant."""
+        return self.plan.epsilon().value
+
+    @property
     def reserved(self) -> tuple[int, ...]:
         return tuple(c.coordinate for c in self.canaries)
-
-
-def membership_seed(seed: int) -> int:
-    """The membership seed of a seeded (test) audit, derived from `seed` apart from the trainer's seeds."""
-    digest = hashlib.sha256(f"privcheck.audits.dpgrpo/membership/{int(seed)}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def _accounted_epsilon(q: float, sigma: float, T: int, delta: float) -> float:
-    from privcheck.accounting import epsilon_pld
-    return float(epsilon_pld(q, sigma, T, delta).value)
 
 
 def dirac_canaries(reserved) -> tuple[DiracCanary, ...]:
@@ -263,48 +429,24 @@ def dirac_canaries(reserved) -> tuple[DiracCanary, ...]:
     return tuple(DiracCanary(f"dirac:{j}", int(j)) for j in reserved)
 
 
-def calibrated_config(preset: AuditPreset, *, n_real: int, m: int, q: float, T: int, target_epsilon: float,
-                      C: float, seed: int | None):
-    """The audit's public `DPGRPOConfig`: σ calibrated by privcheck for `target_epsilon` at (q, T) and
-    δ = 1/(10·(n_real + m)); OS-entropy randomness, or `seed` for a test run. Shared by every canary type.
-
-    Same result as `DPGRPOConfig.from_target`, with the calibration (seconds of PLD work) cached per (q, T, δ, ε)
-    in this process, so that a pilot, an audit and its tests at one configuration calibrate once."""
-    from mechanisms.dpgrpo.config import DPGRPOConfig
-
-    probe = DPGRPOConfig(n=n_real, m=q * n_real, T=T, sigma=1.0, C=C, delta=1.0 / (10 * (n_real + m)),
-                         target_epsilon=target_epsilon, randomness="os_entropy" if seed is None else seed,
-                         **preset.config_kwargs)
-    sigma, calibration = _calibration(probe.q, probe.T, probe.delta, probe.target_epsilon)
-    return dataclasses.replace(probe, sigma=sigma, calibration=copy.deepcopy(calibration))
-
-
-@functools.lru_cache(maxsize=32)
-def _calibration(q: float, T: int, delta: float, target_epsilon: float) -> tuple[float, dict]:
-    """(σ, calibration record) from `privcheck.accounting.calibrate_sigma`, as `DPGRPOConfig.from_target` stores
-    them."""
-    from privcheck.accounting import calibrate_sigma
-
-    cal = calibrate_sigma(q, T, delta, target_epsilon)
-    return float(cal.value), cal.to_json()
-
-
 def design_gradient_audit(preset: AuditPreset, *, canaries: tuple[DiracCanary, ...], q: float, T: int, n_real: int,
                           confidence: float, target_epsilon: float, C: float, seed: int | None, reserved_rule: str,
                           mask_real: bool, interference: float, plan_sims: int,
                           commitment: str) -> GradientAuditDesign:
-    """Calibrate σ, plan (k₊, k₋) and pre-register (inputs already validated; the membership is committed)."""
+    """Calibrate the plan, plan (k₊, k₋) and pre-register (inputs already validated; the membership is
+    committed)."""
     m = len(canaries)
-    config = calibrated_config(preset, n_real=n_real, m=m, q=q, T=T, target_epsilon=target_epsilon, C=C, seed=seed)
-    epsilon = _accounted_epsilon(config.q, config.sigma, config.T, config.delta)
-    model = DPSGDDirac(config.q, config.sigma, config.T, "llr", interference)
-    power = plan(m, delta=config.delta, confidence=confidence, eps_nominal=epsilon, score_model=model,
-                 sims=plan_sims, seed=seed)
-    prereg = cn.Preregistration(m=m, delta=config.delta, confidence=confidence, selection="explicit",
+    plan = audit_plan(n_real=n_real, m=m, q=q, T=T, target_epsilon=target_epsilon, C=C)
+    config = audit_config(preset, plan, seed=seed)
+    model = DPSGDDirac(plan.sampling_rate, plan.noise_multiplier, plan.steps, "llr", interference)
+    power = power_plan(m, delta=plan.delta, confidence=confidence, eps_nominal=plan.epsilon().value,
+                       score_model=model, sims=plan_sims, seed=seed)
+    prereg = cn.Preregistration(m=m, delta=plan.delta, confidence=confidence, selection="explicit",
                                 k_plus=power.k_plus, k_minus=power.k_minus, canary_type=CANARY_TYPE,
                                 score=SCORE_NAME, tie_break_seed=cn.TIE_BREAK_SEED, commitment=commitment)
-    return GradientAuditDesign(preset.name, config, n_real, canaries, reserved_rule, mask_real, interference,
-                               epsilon, power, prereg, StepLLR(model), confidence)
+    return GradientAuditDesign(preset=preset.name, plan=plan, config=config, n_real=n_real, canaries=canaries,
+                               reserved_rule=reserved_rule, mask_real=mask_real, interference=interference,
+                               power=power, preregistration=prereg, score=StepLLR(model), confidence=confidence)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -312,8 +454,8 @@ def design_gradient_audit(preset: AuditPreset, *, canaries: tuple[DiracCanary, .
 
 
 def _diagnostics(diag_lines: list[dict], signs: np.ndarray, design: GradientAuditDesign) -> dict:
-    """Spec §7.6 diagnostics from the log's `diagnostics` lines and the revealed S (never used by the test)."""
-    m, cfg = design.m, design.config
+    """Diagnostics from the log's `diagnostics` lines and the revealed S (never used by the test)."""
+    m, plan = design.m, design.plan
     counts = np.zeros(m, dtype=np.int64)
     norms: list[float] = []
     cross = 0.0
@@ -331,11 +473,11 @@ def _diagnostics(diag_lines: list[dict], signs: np.ndarray, design: GradientAudi
         "absent_canaries_ever_sampled": int(np.sum(~present & (counts > 0))),
         "inclusions_present_mean": float(counts[present].mean()) if present.any() else None,
         "inclusions_present_min": int(counts[present].min()) if present.any() else None,
-        "inclusions_expected": cfg.q * cfg.T,
+        "inclusions_expected": plan.sampling_rate * plan.steps,
         "canary_pre_clip_norm_min": min(norms) if norms else None,
         "canary_pre_clip_norm_max": max(norms) if norms else None,
-        "clip_norm": cfg.C,
-        "cross_talk_max_abs_over_sigma_C": cross / (cfg.sigma * cfg.C),
+        "clip_norm": plan.clip_norm,
+        "cross_talk_max_abs_over_sigma_C": cross / plan.noise_std,
         "real_records_masked_on_reserved": design.mask_real,
     }
 
@@ -349,14 +491,15 @@ def split_log(entries: list[dict]) -> tuple[list[dict], list[dict]]:
 
 def score_rounds(rounds: list[dict], design: GradientAuditDesign) -> cn.FrozenScores:
     """Frozen per-canary scores from the `round` lines of the auditor log (S is not an input)."""
-    cfg = design.config
-    view = AuditorView.from_rounds(rounds, design.reserved, cfg.T, cfg.sigma * cfg.C)
+    plan = design.plan
+    view = AuditorView.from_rounds(rounds, design.reserved, plan.steps, plan.noise_std)
     return cn.score_canaries(design.score, view, design.canaries)
 
 
 def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership, salt: bytes, *,
                 mechanism_params: dict | None = None) -> tuple[AuditReport, cn.FrozenScores, np.ndarray]:
-    """Score, freeze, reveal S, verify the commitment and test (spec §3.1 steps 4–8). Returns (report, scores, S)."""
+    """Score, freeze, reveal S, verify the commitment and test (docs/audits.md, "Protocol, as the code runs it",
+    steps 4–5). Returns (report, scores, S)."""
     from mechanisms.dpgrpo.audit_hooks import read_log
 
     if not isinstance(membership, cn.Membership) or membership.m != design.m:
@@ -366,28 +509,11 @@ def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership
     signs = np.array(membership.reveal(frozen))
     if not cn.verify(design.preregistration.commitment, signs, list(design.canary_ids), salt):
         raise PrivcheckError("membership does not match the pre-registered commitment")
-    cfg = design.config
-    params = {"q": cfg.q, "sigma": cfg.sigma, "steps": cfg.T, "C": cfg.C, "n": design.n_real,
-              "n_canary": design.m, "divisor": cfg.q * (design.n_real + design.m), "preset": design.preset,
-              "epsilon_without_canaries": design.epsilon, "target_epsilon": cfg.target_epsilon,
-              "reserved_rule": design.reserved_rule, "mask_reserved_for_real_records": design.mask_real,
-              "config_sha256": cfg.sha256()}
+    params = {**plan_params(design.plan), "preset": design.preset, "reserved_rule": design.reserved_rule,
+              "mask_reserved_for_real_records": design.mask_real, "config_sha256": design.config.sha256()}
     params.update(mechanism_params or {})
     rep = preregistered_report(frozen, membership, design, params, diagnostics=_diagnostics(diag_lines, signs, design))
     return rep, frozen, signs
-
-
-def preregistered_report(frozen, membership, design, params: dict, *, diagnostics: dict) -> AuditReport:
-    """The one-run report of a DP-GRPO canary audit: the pre-registered explicit guess rule, the accountant's ε as
-    the nominal claim, the power plan, the added canary slots; diagnostics beside the test, never in it."""
-    prereg = design.preregistration
-    return from_scores(frozen, membership, delta=design.config.delta, confidence=design.confidence,
-                       k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(), eps_nominal=design.epsilon,
-                       tie_break_seed=prereg.tie_break_seed, preregistration=prereg, power=design.plan,
-                       claim={"neighboring": "add_remove", "accountant": "pld",
-                              "mechanism": {"name": MECHANISM_NAME, "params": params}},
-                       canaries={"type": prereg.canary_type, "added_slots": True, "score": prereg.score},
-                       diagnostics=diagnostics)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -396,7 +522,7 @@ def preregistered_report(frozen, membership, design, params: dict, *, diagnostic
 
 @dataclass(frozen=True, eq=False)
 class GradientAuditResult:
-    """Everything one audit produced: the report, its design and plan, the frozen scores and the revealed S."""
+    """Everything one audit produced: the report, its design and plans, the frozen scores and the revealed S."""
 
     report: AuditReport
     design: GradientAuditDesign
@@ -416,34 +542,8 @@ class GradientAuditResult:
         return self.report.result["eps_lower"]
 
     def headline(self) -> dict:
-        """The CLI's top-level keys (spec §10): the one-run headline plus the planned bound."""
+        """The CLI's top-level keys: the one-run headline plus the planned bound."""
         return {**self.report.headline(), "planned_eps_lower": self.report.power["planned_eps_lower"]}
-
-
-def _check_seed(seed):
-    return None if seed is None else val.count("seed", seed, minimum=0)
-
-
-def _check_trainer_cls(trainer_cls):
-    from mechanisms.dpgrpo.trainer import DPTrainer
-    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, DPTrainer)):
-        raise InvalidParameter("trainer_cls", trainer_cls, "DPTrainer or a subclass")
-    return trainer_cls
-
-
-def _private_dir(out: Path) -> Path:
-    """out/private with mode 0700 (refuses to reuse a directory that already holds an auditor log)."""
-    private = out / PRIVATE_DIR
-    if (private / LOG_NAME).exists():
-        raise InvalidParameter("out", str(out), "a directory without a previous auditor log (one audit per directory)")
-    private.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(private, 0o700)
-    return private
-
-
-def _write_private_json(path: Path, obj: dict) -> None:
-    from privcheck.artifacts.writer import write_atomic
-    write_atomic(path, (json.dumps(obj, sort_keys=True, indent=1) + "\n").encode(), mode=0o600)
 
 
 def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, seed: int | None = None,
@@ -467,21 +567,19 @@ def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None,
     q = spec.q if q is None else val.sampling_rate("q", q)
     T = spec.T if rounds is None else val.count("rounds", rounds)
     n_real = spec.n if n_real is None else val.count("n_real", n_real)
-    confidence = check_open_unit("confidence", confidence)
+    confidence = val.open_unit("confidence", confidence)
     target_epsilon = spec.target_epsilon if target_epsilon is None else val.positive("target_epsilon",
                                                                                      target_epsilon)
     C = spec.C if C is None else val.positive("C", C)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if reserved_rule not in RESERVED_RULES:
         raise InvalidParameter("reserved_rule", reserved_rule, " or ".join(RESERVED_RULES))
     if not isinstance(mask_real, bool):
         raise InvalidParameter("mask_real", mask_real, "a bool")
     interference = val.nonnegative("interference", interference)
     plan_sims = val.count("plan_sims", plan_sims)
-    trainer_cls = _check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
-    out = None if out_dir is None else check_out_dir(out_dir)
-    if out is not None and (out / PRIVATE_DIR / LOG_NAME).exists():
-        raise InvalidParameter("out", str(out), "a directory without a previous auditor log (one audit per directory)")
+    trainer_cls = check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
+    out = check_fresh_out(out_dir)
 
     with torch_threads(spec.cpu_threads):
         return _run(spec, m=m, q=q, T=T, n_real=n_real, confidence=confidence, target_epsilon=target_epsilon, C=C,
@@ -498,7 +596,7 @@ def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, s
     from mechanisms.dpgrpo.core import ParamSpace
     canaries = dirac_canaries(reserved_coordinates(ParamSpace(model).dim, m, reserved_rule))   # m ≤ dim checked
 
-    # 1. Pre-registration: coins and commitment, then calibration, plan and the guess rule.
+    # 1. Pre-registration: coins and commitment, then the privacy plan, the power plan and the guess rule.
     membership = cn.draw_membership(m, seed=None if seed is None else membership_seed(seed))
     salt = cn.new_salt()
     ids = [c.id for c in canaries]
@@ -511,12 +609,10 @@ def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, s
 
     # 2. Training with m added canary slots and the auditor's hooks.
     clock = time.perf_counter()
-    private = _private_dir(out) if out is not None else Path(tempfile.mkdtemp(prefix="privcheck-audit-"))
+    private = private_dir(out)
     log_path = private / LOG_NAME
     trainer, claim = _train(spec, design, membership, model, tokenizer, log_path, trainer_cls, seed)
-    epsilon_after = _accounted_epsilon(claim["q"], claim["sigma"], claim["T"], claim["delta"])
-    if epsilon_after != design.epsilon:
-        raise PrivcheckError(f"ε changed when canaries were added: {design.epsilon!r} → {epsilon_after!r}")
+    epsilon_after = epsilon_with_canaries(trainer, claim, design.plan)
     timings["train_s"] = time.perf_counter() - clock
 
     # 3–5. Score from the log, freeze, reveal, verify, test; diagnostics beside the test.
@@ -524,15 +620,12 @@ def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, s
     report, frozen, signs = analyse_log(log_path, design, membership, salt, mechanism_params={
         "epsilon_with_canaries": epsilon_after, "trainer": type(trainer).__name__, **spec.source,
         "privacy_release": bool(trainer.privacy_release and membership.audit_release)})
-    _write_private_json(private / REVEAL_NAME, {
-        "commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
-        "bits": "".join("1" if s == 1 else "0" for s in signs), "preregistration": design.preregistration.to_json(),
-        "preregistration_digest": design.preregistration.digest})
+    reveal = {"commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
+              "bits": "".join("1" if s == 1 else "0" for s in signs),
+              "preregistration": design.preregistration.to_json(),
+              "preregistration_digest": design.preregistration.digest}
+    artifact, document = write_audit_files(out, private, reveal, report)
     timings["analyse_s"] = time.perf_counter() - clock
-    artifact = document = None
-    if out is not None:
-        document = audit_document(report)
-        artifact = write_audit(report, out, document=document)
     return GradientAuditResult(report, design, frozen.values, signs, frozen.frozen_at, membership.revealed_at,
                                epsilon_after, claim, log_path, artifact, document, timings)
 
@@ -543,29 +636,19 @@ def _train(spec: AuditPreset, design: GradientAuditDesign, membership: cn.Member
     import torch
 
     from mechanisms.dpgrpo.audit_hooks import AuditHooks
+    from mechanisms.dpgrpo.core import ParamSpace
     from mechanisms.dpgrpo.records import SlotUniverse, dirac_canary
 
-    from mechanisms.dpgrpo.core import ParamSpace
-
-    cfg = design.config
+    plan = design.plan
     dim = ParamSpace(model).dim
     real = spec.records(design.n_real, 0 if seed is None else seed)
     universe = SlotUniverse(design.n_real, torch.ones(design.n_real, dtype=torch.bool), real)
-    vectors = [dirac_canary(c.coordinate, cfg.C, dim, dtype=torch.float32) for c in design.canaries]
+    vectors = [dirac_canary(c.coordinate, plan.clip_norm, dim, dtype=torch.float32) for c in design.canaries]
     universe = universe.append_canaries(vectors, torch.from_numpy(membership.presence_for_training().copy()),
                                         design.preregistration.commitment)
     hooks = AuditHooks(torch.tensor(design.reserved, dtype=torch.int64), log_path,
                        mask_reserved_for_real_records=design.mask_real)
-    trainer = trainer_cls(model, tokenizer, universe, cfg, spec.verifier, audit_hooks=hooks)
-    claim = trainer.privacy_claim
-    commitment = design.preregistration.commitment
-    if claim is None or claim["n_canary"] != design.m or claim["canary_commitment"] != commitment:
-        raise PrivcheckError("the trainer does not report the canary slots and the auditor's commitment")
+    trainer = trainer_cls(model, tokenizer, universe, design.config, spec.verifier, audit_hooks=hooks)
+    claim = checked_privacy_claim(trainer, design.plan, commitment=design.preregistration.commitment)
     trainer.train()
     return trainer, claim
-
-
-__all__ = ["AUDIT_PRESETS", "AuditPreset", "AuditorView", "DiracCanary", "GradientAuditDesign",
-           "GradientAuditResult", "StepLLR", "analyse_log", "calibrated_config", "design_gradient_audit",
-           "membership_seed", "dirac_canaries", "reserved_coordinates", "resolve_preset", "run_gradient_canary_audit",
-           "score_rounds", "split_log"]

@@ -1,15 +1,15 @@
-"""Gaussian-DP conversions and GDP-family audits (Dong, Roth & Su; Nasr et al. 2023; Mahloujifar et al. 2024;
-spec audits.md §5).
+"""Gaussian-DP conversions and GDP-family audits (Dong, Roth & Su; Nasr et al. 2023; Mahloujifar et al. 2024).
+Proof notes and the reason for the labels: docs/audits.md, "Proof notes" and "GDP / f-DP".
 
 Guarantees:
 * `delta_of_eps(eps, mu) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2)`, evaluated in log space
   (`log_ndtr`, `log(e^a − e^b) = a + log1p(−e^{b−a})`), so tiny δ do not cancel or underflow early.
 * `eps_of_mu(mu, delta)` solves δ(ε; μ) = δ on [0, 100] (0 if δ(0; μ) ≤ δ; 100 if even ε = 100 is not
   enough); `mu_of_eps(eps, delta)` solves it for μ. Both use scipy's bracketing `brentq` on log δ.
-* `from_rates` (method gdp_rates, §5.2) and `fdp_one_run` (method fdp_one_run, §5.3) output `mu_lower`,
+* `from_rates` (method gdp_rates) and `fdp_one_run` (method fdp_one_run) output `mu_lower`,
   a valid lower confidence bound only for "𝓜 is μ-GDP" claims, and `eps_estimate_gdp_family`, an ε that
   is a lower bound **only if** 𝓜's trade-off curve is Gaussian. Their reports never contain `eps_lower`,
-  list "gaussian_tradeoff" in `extra_assumptions` and never reject an (ε, δ) claim (§5.4, §13.5).
+  list "gaussian_tradeoff" in `extra_assumptions` and never reject an (ε, δ) claim.
   For subsampled DP-SGD / DP-GRPO the trade-off is far from Gaussian: use `one_run` or `multirun`.
 """
 
@@ -22,9 +22,12 @@ from scipy.special import log_ndtr, ndtr, ndtri
 
 from audits import report
 from audits.multirun import check_rates, cp_upper
-from audits.one_run import check_counts, check_eps, check_int, check_open_unit, significance
 from audits.report import GAUSSIAN_TRADEOFF, AuditReport
+from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+
+__all__ = ["EPS_CAP", "MU_CAP", "delta_of_eps", "eps_of_mu", "fdp_mu_lower", "fdp_one_run", "fdp_rejects",
+           "from_rates", "mu_from_rates", "mu_of_eps"]
 
 EPS_CAP = 100.0
 MU_CAP = 100.0
@@ -33,12 +36,12 @@ _MU_WIDTH = 1e-9
 
 
 def _mu(value, name: str = "mu") -> float:
-    return check_eps(value, name)
+    return val.nonnegative(name, value)
 
 
 def _gdp_delta(value, name: str = "delta") -> float:
     """δ in (0, 1): the GDP ↔ (ε, δ) conversion is degenerate at δ = 0 (ε = ∞) and δ = 1 (ε = 0)."""
-    return check_open_unit(name, value)
+    return val.open_unit(name, value)
 
 
 def _log_delta(eps: float, mu: float) -> float:
@@ -52,7 +55,7 @@ def _log_delta(eps: float, mu: float) -> float:
 
 def delta_of_eps(eps: float, mu: float) -> float:
     """δ(ε; μ) of the μ-GDP trade-off curve (0 for μ = 0)."""
-    eps, mu = check_eps(eps), _mu(mu)
+    eps, mu = val.nonnegative("eps", eps), _mu(mu)
     if mu == 0.0:
         return 0.0
     return min(1.0, math.exp(_log_delta(eps, mu)))
@@ -73,7 +76,7 @@ def eps_of_mu(mu: float, delta: float) -> float:
 
 def mu_of_eps(eps: float, delta: float) -> float:
     """The μ with δ(ε; μ) = δ (δ(ε; μ) increases in μ from 0 to 1); capped at 100."""
-    eps, delta = check_eps(eps), _gdp_delta(delta)
+    eps, delta = val.nonnegative("eps", eps), _gdp_delta(delta)
     target = math.log(delta)
     hi = 1.0
     while _log_delta(eps, hi) < target:
@@ -89,7 +92,7 @@ def mu_of_eps(eps: float, delta: float) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# §5.2 multi-run rates.
+# Multi-run rates.
 
 
 def mu_from_rates(fp: int, n_out: int, fn: int, n_in: int, delta: float, p: float, n_hypotheses: int) -> dict:
@@ -108,9 +111,9 @@ def from_rates(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, confide
     """GDP-family estimate from multi-run counts (method gdp_rates; assumption gaussian_tradeoff)."""
     fp, n_out, fn, n_in = check_rates(fp, n_out, fn, n_in)
     delta = _gdp_delta(delta)
-    confidence = check_open_unit("confidence", confidence)
-    n_hypotheses = check_int("n_hypotheses", n_hypotheses, 1)
-    p = significance(confidence)
+    confidence = val.open_unit("confidence", confidence)
+    n_hypotheses = val.count("n_hypotheses", n_hypotheses, 1)
+    p = val.significance(confidence)
     out = mu_from_rates(fp, n_out, fn, n_in, delta, p, n_hypotheses)
     top = mu_from_rates(0, n_out, 0, n_in, delta, p, n_hypotheses)
     result = {"guesses": None, "correct": None, "precision": None, "mu_lower": out["mu_lower"],
@@ -129,11 +132,12 @@ def from_rates(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, confide
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# §5.3 one-run f-DP.
+# One-run f-DP.
 
 
 def fdp_rejects(m: int, r: int, v: int, mu: float, tau: float) -> bool:
-    """FDP_REJECTS of spec §5.3: True ⇒ "𝓜 is μ-GDP" is rejected at level τ by the counts (m, r, v)."""
+    """True ⇒ "𝓜 is μ-GDP" is rejected at level τ by the one-run counts (m, r, v) (Mahloujifar et al.; the
+    recursion is written out in docs/audits.md, "Proof notes")."""
     def binv(x: float) -> float:     # inverse of the Gaussian blow-up map
         return float(ndtr(ndtri(x) - mu))
 
@@ -168,10 +172,10 @@ def fdp_mu_lower(m: int, r: int, v: int, tau: float) -> tuple[float, bool]:
 def fdp_one_run(m: int, guesses: int, correct: int, *, delta: float, confidence: float = 0.95, power=None,
                 claim=None, canaries=None, diagnostics=None) -> AuditReport:
     """GDP-family estimate from one-run counts (method fdp_one_run; assumption gaussian_tradeoff)."""
-    m, r, v = check_counts(m, guesses, correct, r_name="guesses", v_name="correct")
+    m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct")
     delta = _gdp_delta(delta)
-    confidence = check_open_unit("confidence", confidence)
-    p = significance(confidence)
+    confidence = val.open_unit("confidence", confidence)
+    p = val.significance(confidence)
     mu, capped = fdp_mu_lower(m, r, v, p)
     top, _ = fdp_mu_lower(m, m, m, p)
     result = {"guesses": r, "correct": v, "precision": (v / r) if r else None, "mu_lower": mu,

@@ -1,4 +1,4 @@
-"""Clopper–Pearson multi-run audits (Jagielski et al. 2020; Nasr et al. 2021; spec audits.md §4).
+"""Clopper–Pearson multi-run audits (Jagielski et al. 2020; Nasr et al. 2021; proof: docs/audits.md, "Proof notes").
 
 Guarantee: with N₁ runs on D (canary present) and N₀ runs on D′ (absent), a test fixed in advance
 ("present ⇔ score ≥ t"), FN false negatives and FP false positives, the two one-sided Clopper–Pearson
@@ -22,9 +22,11 @@ import math
 from scipy.stats import beta as beta_dist
 
 from audits import report
-from audits.one_run import check_delta, check_eps, check_int, check_open_unit, significance
 from audits.report import AuditReport
+from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+
+__all__ = ["EPS_CAP", "check_rates", "clopper_pearson", "cp_bound", "cp_lower", "cp_upper"]
 
 EPS_CAP = 100.0
 
@@ -45,10 +47,10 @@ def cp_lower(k: int, n: int, a: float) -> float:
 
 def check_rates(fp, n_out, fn, n_in) -> tuple[int, int, int, int]:
     """Run counts: N₀, N₁ ≥ 1, 0 ≤ FP ≤ N₀, 0 ≤ FN ≤ N₁."""
-    n_out = check_int("n_out", n_out, 1)
-    n_in = check_int("n_in", n_in, 1)
-    fp = check_int("fp", fp, 0)
-    fn = check_int("fn", fn, 0)
+    n_out = val.count("n_out", n_out, 1)
+    n_in = val.count("n_in", n_in, 1)
+    fp = val.count("fp", fp, 0)
+    fn = val.count("fn", fn, 0)
     if fp > n_out:
         raise InvalidParameter("fp", fp, f"an integer in [0, n_out={n_out}]")
     if fn > n_in:
@@ -62,7 +64,7 @@ def _log_ratio(numerator: float, denominator: float) -> float | None:
 
 def cp_bound(fp: int, n_out: int, fn: int, n_in: int, delta: float, p: float, two_sided: bool,
              n_thresholds: int) -> dict:
-    """The §4.1 computation (validated inputs): rates, both directions and ε_lower."""
+    """The Clopper–Pearson bound (validated inputs): rates, both directions and ε_lower."""
     a = p / (2 * n_thresholds)
     fpr_up, fnr_up = cp_upper(fp, n_out, a), cp_upper(fn, n_in, a)
     eps1 = _log_ratio(1.0 - delta - fnr_up, fpr_up)
@@ -80,13 +82,13 @@ def clopper_pearson(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, co
                     claim=None, diagnostics=None) -> AuditReport:
     """Multi-run audit report (method clopper_pearson); `rejects_nominal` iff ε_lower > ε_nom."""
     fp, n_out, fn, n_in = check_rates(fp, n_out, fn, n_in)
-    delta = check_delta(delta)
-    confidence = check_open_unit("confidence", confidence)
+    delta = val.unit_interval("delta", delta)
+    confidence = val.open_unit("confidence", confidence)
     if not isinstance(two_sided, bool):
         raise InvalidParameter("two_sided", two_sided, "True or False")
-    n_thresholds = check_int("n_thresholds", n_thresholds, 1)
-    eps_nominal = None if eps_nominal is None else check_eps(eps_nominal, "eps_nominal")
-    p = significance(confidence)
+    n_thresholds = val.count("n_thresholds", n_thresholds, 1)
+    eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
+    p = val.significance(confidence)
     out = cp_bound(fp, n_out, fn, n_in, delta, p, two_sided, n_thresholds)
     top = cp_bound(0, n_out, 0, n_in, delta, p, two_sided, n_thresholds)
     result = {"guesses": None, "correct": None, "precision": None, "eps_lower": out["eps_lower"],

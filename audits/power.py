@@ -1,10 +1,11 @@
-"""Power analysis of one-run canary audits, made before the run (spec audits.md §6; ceiling §3.7; report §10).
+"""Power analysis of one-run canary audits, made before the run (docs/audits.md, "Power analysis" and "Proof notes").
 
 `plan(m, delta=, confidence=, eps_nominal=, score_model=)` answers, for m randomised canaries at the claim's δ and
 significance p = 1 − confidence:
 
 * **ceiling** `ε_max(m) = max_r EPS_LB(m, r, r, δ, p)`: the best bound any attack can certify (all guesses correct).
-  The maximum is taken over a log-spaced grid of r that always contains r = m (where the spec finds it);
+  The maximum is taken over a log-spaced grid of r that always contains r = m (where it is reached in every case
+  checked);
   `ceiling_guesses` reports the maximiser.
 * **planned bound**: for each pre-declared guess rule (k₊ top-scored canaries guessed "in", k₋ bottom-scored guessed
   "out"), the precision of the rule on a large reference sample drawn from the score model (half in, half out), and
@@ -13,20 +14,21 @@ significance p = 1 − confidence:
 * **Monte Carlo**: `sims` audits with S_i ~ uniform{±1} i.i.d., scores from the model, k* guesses, v correct,
   `EPS_LB(m, k*, v, δ, p)`; the median, 10% and 90% quantiles and the fraction of zero bounds.
 * **nominal**: `min_correct_for_nominal`, the smallest v with `PVAL(m, k*, v, ε_nom, δ) < p` (the test that rejects
-  ε_nom, §3.3), null if even v = k* does not; whether any audit with m canaries can certify ε_nom at all, the
+  ε_nom), null if even v = k* does not; whether any audit with m canaries can certify ε_nom at all, the
   number of canaries that would be needed, and a plain-language `message`.
 
-Where this follows the spec loosely: the default grid (`default_k_grid`) has top-only rules (k, 0) as in §6.2 and
-also balanced rules (⌈k/2⌉, ⌊k/2⌋), for k up to m, so that a perfect score model plans the ceiling. The planned bound
-is the spec's expected-count figure on an exactly balanced reference; it ignores the realised imbalance of S, so
-for two-sided rules with k near m the Monte Carlo median is lower (perfect model, m = 1000: 5.78 planned, ≈ 4.0
-median). Read the Monte Carlo quantiles, not only the planned figure.
+Grid: the default grid (`default_k_grid`) has top-only rules (k, 0) and also balanced rules (⌈k/2⌉, ⌊k/2⌋), for k
+up to m, so that a perfect score model plans the ceiling. The planned bound is the expected-count figure on an
+exactly balanced reference; it ignores the realised imbalance of S, so for two-sided rules with k near m the Monte
+Carlo median is lower (perfect model, m = 1000: 5.78 planned, ≈ 4.0 median). Read the Monte Carlo quantiles, not
+only the planned figure.
 
-Assumptions: PVAL is non-increasing in v (spec §3.2 property tests), used by the search for the minimum correct
-count and the canaries search. p-values and bounds come from `audits.one_run`. Cost: the reference sample has
-about max(500,000, m) scores and the Monte Carlo `sims·m` scores (times T steps for `dpsgd_dirac(llr)`, drawn in
-float32 blocks); EPS_LB is evaluated once per grid rule and once per distinct simulated v. Monte Carlo uses a numpy
-Generator seeded with `seed` (reproducible; the report says so) or OS entropy when `seed` is None.
+Assumptions: PVAL is non-increasing in v (property-tested in tests/audits/test_one_run.py), used by the search for
+the minimum correct count and the canaries search. p-values and bounds come from `audits.pvalue`. Cost: the
+reference sample has about max(500,000, m) scores and the Monte Carlo `sims·m` scores (times T steps for
+`dpsgd_dirac(llr)`, drawn in float32 blocks); EPS_LB is evaluated once per grid rule and once per distinct simulated
+v. Monte Carlo uses a numpy Generator seeded with `seed` (reproducible; the report says so) or OS entropy when
+`seed` is None (`privcheck.randomness.RandomnessPolicy`).
 """
 
 from __future__ import annotations
@@ -37,17 +39,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from audits.one_run import eps_lower, p_value
-from audits.score_models import DPSGDDirac, GDP, ScoreModel, parse_score_model
+from audits.pvalue import EPS_CAP, eps_lower, p_value
+from audits.score_models import DPSGDDirac, ScoreModel, parse_score_model
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import RandomnessPolicy
 
-DEFAULT_GRID_POINTS = 40          # spec §6.2: ~40 log-spaced guess counts
+__all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling", "DEFAULT_GRID_POINTS", "GridPoint",
+           "GuessRule", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES",
+           "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "min_correct", "nominal_epsilon", "plan",
+           "plot_bound_vs_canaries", "validate_plan_inputs"]
+
+DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
 REFERENCE_MIN_SCORES = 500_000    # reference floor (half in, half out); plan spread ≈ ±0.07 in ε, DP-GRPO m = 1e4
 SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in blocks of about this many scores
-SPEC_EPS_CAP = 100.0              # spec §9: the ε search is capped at 100
-CANARIES_SEARCH_MAX = 10 ** 8     # spec §12 checks the ceiling property up to r = 1e8
+CANARIES_SEARCH_MAX = 10 ** 8     # the canaries search stops here (the ceiling property is verified up to r = 1e8)
 POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
                     "prob_zero", "score_model")
 
@@ -118,14 +125,13 @@ def _parse_k_grid(k_grid, m: int) -> tuple[GuessRule, ...]:
 
 
 def _significance(confidence) -> float:
+    # Plain float subtraction (not `val.significance`): every published plan figure was computed with this p.
     return 1.0 - val.open_unit("confidence", confidence)
 
 
 def _delta(delta) -> float:
     """δ in [0, 1] (δ = 0 is a pure-DP claim)."""
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 <= float(delta) <= 1.0:
-        raise InvalidParameter("delta", delta, "[0, 1] (a finite real number)")
-    return float(delta)
+    return val.unit_interval("delta", delta)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class Ceiling:
 
 
 def ceiling(m: int, delta: float, confidence: float = 0.95, r_grid=None) -> Ceiling:
-    """ε_max(m) = max_r EPS_LB(m, r, r, δ, p) over `r_grid` ∪ {m} (default: 24 log-spaced r) (spec §3.7)."""
+    """ε_max(m) = max_r EPS_LB(m, r, r, δ, p) over `r_grid` ∪ {m} (default: 24 log-spaced r)."""
     m = val.count("m", m)
     delta, p = _delta(delta), _significance(confidence)
     grid = guess_counts(m, CEILING_GRID_POINTS) if r_grid is None else tuple(
@@ -177,7 +183,7 @@ def canaries_needed(eps_target: float, delta: float, confidence: float = 0.95,
 
     δ = 0: closed form, the smallest m with ρ(ε)^m < p. δ > 0: the first point of a geometric grid (ratio 2^{1/16},
     plus m_max) that rejects, then bisection down to the previous grid point. The ceiling rises, peaks and falls in
-    m (§3.7), so "None" means no grid point up to m_max rejects (the spec's ε = 8, δ = 1/69880 case).
+    m (docs/audits.md, proof notes), so "None" means no grid point up to m_max rejects (ε = 8 at δ = 1/69880).
     """
     eps_target = val.nonnegative("eps_nominal", eps_target)
     delta, p = _delta(delta), _significance(confidence)
@@ -217,18 +223,21 @@ def canaries_needed(eps_target: float, delta: float, confidence: float = 0.95,
 def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
     """The nominal ε of a score model's mechanism at δ, with its source, or None when the model has none.
 
-    `dpsgd_dirac(q, σ, T)`: the DP-SGD PLD accountant (the DP-GRPO accounting, §7.1); `gdp(μ)`: the exact μ-GDP
-    curve (certified). Interference does not change the claim (it only adds noise to the auditor's view).
+    The ε is `privcheck.accounting.epsilon` of the model's event (`ScoreModel.event`): for `dpsgd_dirac(q, σ, T)`
+    the Poisson-subsampled Gaussian composed T times, by PLD (the DP-SGD / DP-GRPO accounting); for `gdp(μ)` the
+    Gaussian mechanism of sensitivity μ and unit noise, whose ε is the exact μ-GDP curve (certified).
+    Interference does not change the claim (it only adds noise to the auditor's view).
     """
     model = parse_score_model(score_model)
     delta = val.open_unit("delta", delta)
-    from privcheck.accounting import epsilon_pld, gdp_to_dp
+    event = model.event
+    if event is None:
+        return None
+    from privcheck.accounting import epsilon
+    eps = epsilon(event, delta).value
     if isinstance(model, DPSGDDirac):
-        eps = epsilon_pld(model.q, model.sigma, model.steps, delta).value
         return float(eps), f"pld(q={model.q!r}, sigma={model.sigma!r}, T={model.steps}, delta={delta!r})"
-    if isinstance(model, GDP) and model.mu > 0:
-        return float(gdp_to_dp(model.mu, delta).value), f"gdp_to_dp(mu={model.mu!r}, delta={delta!r})"
-    return None
+    return float(eps), f"gdp_to_dp(mu={model.mu!r}, delta={delta!r})"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -296,7 +305,7 @@ class GridPoint:
 
 @dataclass(frozen=True)
 class PowerReport:
-    """A power analysis (spec §6). `power_block()` is the §10 `power` object; `to_json()` adds the details."""
+    """A power analysis. `power_block()` is the audit report's `power` object; `to_json()` adds the details."""
     m: int
     delta: float
     confidence: float
@@ -332,7 +341,7 @@ class PowerReport:
         return self.k_plus + self.k_minus
 
     def power_block(self) -> dict:
-        """Exactly the keys of the spec §10 `power` block."""
+        """Exactly the keys of the audit report's `power` block (`POWER_BLOCK_KEYS`)."""
         full = self.to_json()
         return {key: full[key] for key in POWER_BLOCK_KEYS}
 
@@ -390,13 +399,13 @@ def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_gr
 
 
 def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200, seed=None) -> PowerReport:
-    """Plan a one-run audit with m canaries (spec §6.2). All inputs are validated before any work."""
+    """Plan a one-run audit with m canaries (module docstring). All inputs are validated before any work."""
     inputs = validate_plan_inputs(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal,
                                   score_model=score_model, k_grid=k_grid, sims=sims, seed=seed)
     m, delta, eps_nominal, model, rules, sims, seed = (inputs.m, inputs.delta, inputs.eps_nominal, inputs.model,
                                                         inputs.rules, inputs.sims, inputs.seed)
     p = _significance(confidence)
-    rng = np.random.default_rng(seed)
+    rng = RandomnessPolicy.from_setting(seed).numpy_generator()
 
     ceil = ceiling(m, delta, confidence)
     ratio, correct = _reference_counts(model, m, rules, rng)
@@ -420,7 +429,7 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
         needed = canaries_needed(eps_nominal, delta, confidence)
         reaches = point.eps_lower > eps_nominal
         reject_rate = 0.0 if need is None else float(np.mean(v_sim >= need))
-    capped = any(g.eps_lower >= SPEC_EPS_CAP for g in grid) or ceil.eps >= SPEC_EPS_CAP
+    capped = any(g.eps_lower >= EPS_CAP for g in grid) or ceil.eps >= EPS_CAP
     report = dict(
         m=m, delta=delta, confidence=float(confidence), eps_nominal=eps_nominal, score_model=model.name,
         score_model_params=model.params(), eps_ceiling=ceil.eps, ceiling_guesses=ceil.guesses,
@@ -444,7 +453,8 @@ def _message(r: dict, p: float) -> str:
         return head + " No nominal ε given."
     if not r["nominal_certifiable"]:
         needed = r["canaries_needed_for_nominal"]
-        tail = (f" No number of canaries up to {CANARIES_SEARCH_MAX:.0e} can certify it at this δ (spec §3.7)."
+        tail = (f" No number of canaries up to {CANARIES_SEARCH_MAX:.0e} can certify it at this δ "
+                "(the ceiling peaks in m)."
                 if needed is None else f" Certifying it needs at least {needed} canaries, all guessed correctly.")
         return head + (f" CANNOT CERTIFY: ε_nominal = {eps:.4g} cannot be certified by any one-run audit with "
                        f"{r['m']} canaries at this δ and confidence." + tail)
@@ -520,12 +530,8 @@ def plot_bound_vs_canaries(score_model, canaries, *, delta, confidence=0.95, eps
     plt.close(fig)
     png = buffer.getvalue()
     if path is not None:
-        from privcheck.artifacts.writer import write_atomic
+        from privcheck.artifacts import write_atomic
         write_atomic(path, png)
     return BoundCurve(ms, column["eps_ceiling"], column["planned_eps_lower"], column["mc_p10"], column["mc_median"],
                       column["mc_p90"], eps_nominal, model.name, png)
 
-
-__all__ = ["BoundCurve", "Ceiling", "GridPoint", "GuessRule", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport",
-           "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "min_correct", "nominal_epsilon", "plan",
-           "plot_bound_vs_canaries", "validate_plan_inputs"]

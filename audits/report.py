@@ -1,11 +1,13 @@
-"""The audit report (spec audits.md §10): a frozen record, its JSON form, and the sealed artifact.
+"""The audit report: a frozen record, its JSON form, and the sealed artifact (layout: docs/audits.md, "The audit
+report").
 
 Guarantees:
-* Every field of spec §10 is present in `to_json()`; `null` where a field does not apply.
+* Every field of the `privcheck.audit/1` layout is present in `to_json()`; `null` where a field does not apply.
 * GDP-family methods (`gdp_rates`, `fdp_one_run`) carry `result.mu_lower` and
   `result.eps_estimate_gdp_family`, list "gaussian_tradeoff" in `extra_assumptions`, have **no**
-  `result.eps_lower` key and never set `rejects_nominal` (spec §5.4, §13.5). The constructor refuses any
-  report that breaks these rules, so no code path can emit one.
+  `result.eps_lower` key and never set `rejects_nominal`: their ε is an (ε, δ) lower bound only under a Gaussian
+  trade-off curve, so it must never be read as one. The constructor refuses any report that breaks these rules,
+  so no code path can emit one.
 * `power.eps_ceiling` and `power.planned_eps_lower` are always filled (from the power analysis when one is
   supplied, else from the ceiling: perfect guessing).
 * `write_audit` validates the sealed document against `privcheck/schemas/audit.schema.json` before
@@ -16,16 +18,21 @@ Nested mappings are read-only views and lists are tuples, so a report cannot be 
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Mapping
 
+from privcheck.accounting.events import NeighboringRelation
 from privcheck.environment import library_versions
 from privcheck.errors import InvalidParameter
+from privcheck.serialization import freeze, thaw, utc_now
+
+__all__ = ["ARTIFACT", "AuditReport", "GAUSSIAN_TRADEOFF", "GDP_METHODS", "HEADLINES", "METHODS",
+           "MULTIRUN_ASSUMPTIONS", "ONE_RUN_ASSUMPTIONS", "POWER_KEYS", "RESULT_COMMON", "SCHEMA_FILE", "SCHEMA_ID",
+           "SECTION_KEYS", "audit_document", "canaries_block", "check_out_dir", "claim_block", "diagnostics_block",
+           "guessing_block", "power_block", "randomness_block", "software", "write_audit"]
 
 SCHEMA_ID = "privcheck.audit/1"
 SCHEMA_FILE = "audit.schema.json"
@@ -62,37 +69,9 @@ HEADLINES = {
 }
 
 
-def _freeze(x):
-    """Read-only deep copy: mappings become MappingProxyType, sequences tuples, numpy scalars Python ones."""
-    if isinstance(x, Mapping):
-        return MappingProxyType({str(k): _freeze(val) for k, val in x.items()})
-    if isinstance(x, (list, tuple)):
-        return tuple(_freeze(val) for val in x)
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    if isinstance(x, numbers.Integral):
-        return int(x)
-    if isinstance(x, numbers.Real):
-        value = float(x)
-        if not math.isfinite(value):
-            raise ValueError(f"non-finite number {value!r} in an audit report")
-        return value
-    if hasattr(x, "item"):        # numpy bool_ and friends
-        return _freeze(x.item())
-    raise TypeError(f"unsupported value of type {type(x).__name__} in an audit report")
-
-
-def _thaw(x):
-    if isinstance(x, Mapping):
-        return {k: _thaw(val) for k, val in x.items()}
-    if isinstance(x, tuple):
-        return [_thaw(val) for val in x]
-    return x
-
-
 @dataclass(frozen=True)
 class AuditReport:
-    """One audit's outcome in the layout of spec §10 (see `to_json`)."""
+    """One audit's outcome in the `privcheck.audit/1` layout (see `to_json`)."""
 
     method: str
     claim: Mapping[str, Any]
@@ -108,7 +87,7 @@ class AuditReport:
 
     def __post_init__(self):
         for name in ("claim", "canaries", "guessing", "result", "power", "diagnostics", "software", "randomness"):
-            object.__setattr__(self, name, _freeze(getattr(self, name)))
+            object.__setattr__(self, name, freeze(getattr(self, name), strict=True))
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
         object.__setattr__(self, "extra_assumptions", tuple(self.extra_assumptions))
         if self.method not in METHODS:
@@ -122,8 +101,8 @@ class AuditReport:
             raise ValueError(f"audit report result lacks {missing}")
         for key in ("eps_ceiling", "planned_eps_lower"):
             if self.power[key] is None:
-                raise ValueError(f"power.{key} must always be filled (spec §10)")
-        if self.method in GDP_METHODS:   # spec §5.4 / §13.5: never an (ε, δ) lower bound, never a rejection
+                raise ValueError(f"power.{key} must always be filled")
+        if self.method in GDP_METHODS:   # never an (ε, δ) lower bound, never a rejection (module docstring)
             if "eps_lower" in self.result or GAUSSIAN_TRADEOFF not in self.extra_assumptions:
                 raise ValueError("GDP-family reports carry mu_lower / eps_estimate_gdp_family and the "
                                  "gaussian_tradeoff assumption, never eps_lower")
@@ -135,18 +114,18 @@ class AuditReport:
             raise ValueError(f"{self.method} reports carry result.eps_lower")
 
     def to_json(self) -> dict:
-        """The spec §10 object (plain dicts and lists, JSON-ready; no NaN or infinity)."""
-        return {"schema": SCHEMA_ID, "method": self.method, "claim": _thaw(self.claim),
-                "canaries": _thaw(self.canaries), "guessing": _thaw(self.guessing), "result": _thaw(self.result),
-                "power": _thaw(self.power), "assumptions": list(self.assumptions),
-                "extra_assumptions": list(self.extra_assumptions), "diagnostics": _thaw(self.diagnostics),
-                "software": _thaw(self.software), "randomness": _thaw(self.randomness)}
+        """The `privcheck.audit/1` object (plain dicts and lists, JSON-ready; no NaN or infinity)."""
+        return {"schema": SCHEMA_ID, "method": self.method, "claim": thaw(self.claim),
+                "canaries": thaw(self.canaries), "guessing": thaw(self.guessing), "result": thaw(self.result),
+                "power": thaw(self.power), "assumptions": list(self.assumptions),
+                "extra_assumptions": list(self.extra_assumptions), "diagnostics": thaw(self.diagnostics),
+                "software": thaw(self.software), "randomness": thaw(self.randomness)}
 
     def headline(self) -> dict:
-        """The command's headline keys (spec §10 CLI rule), copied from the report."""
+        """The command's headline keys (`HEADLINES`), copied from the report for the CLI's top level."""
         out = {}
         for key in HEADLINES[self.method]:
-            out[key] = list(self.extra_assumptions) if key == "extra_assumptions" else _thaw(self.result[key])
+            out[key] = list(self.extra_assumptions) if key == "extra_assumptions" else thaw(self.result[key])
         return out
 
     @property
@@ -167,9 +146,7 @@ def software() -> dict:
 def claim_block(eps_nominal: float | None, delta: float, claim: Mapping | None) -> dict:
     """Claim section; the caller's optional `claim` mapping may set neighboring, accountant, mechanism."""
     extra = _known("claim", claim, ("neighboring", "accountant", "mechanism"))
-    neighboring = extra.get("neighboring", "add_remove")
-    if neighboring not in ("add_remove", "replace"):
-        raise InvalidParameter("claim.neighboring", neighboring, "'add_remove' or 'replace'")
+    neighboring = NeighboringRelation.coerce(extra.get("neighboring", "add_remove"), "claim.neighboring").value
     accountant = extra.get("accountant")
     if accountant is not None and accountant not in ("pld", "rdp", "analytic", "ex_post"):
         raise InvalidParameter("claim.accountant", accountant, "one of pld, rdp, analytic, ex_post, or None")
@@ -201,7 +178,7 @@ def guessing_block(*, k_plus=None, k_minus=None, selection=None, n_hypotheses=1,
 
 
 def diagnostics_block(diagnostics: Mapping | None, **computed) -> dict:
-    """Spec §7.6 diagnostics: never used in the test. Extra keys (e.g. point estimates) are allowed here only."""
+    """Diagnostics: never used in the test. Extra keys (e.g. point estimates) are allowed here only."""
     block = {"realized_inclusions_logged": False, "never_sampled_in_canaries": None,
              "constant_reward_canary_groups_frac": None, "auroc": None}
     block.update(computed)
@@ -225,7 +202,7 @@ def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
     `audits.power.PowerReport`) or `to_json()`.
 
     Without one, the plan is the ceiling (score model "perfect"). A mapping may only use the keys of
-    spec §10 (typos are errors); from an object's `to_json()` the known keys are taken.
+    `POWER_KEYS` (typos are errors); from an object's `to_json()` the known keys are taken.
     """
     block = {"eps_ceiling": eps_ceiling, "min_correct_for_nominal": min_correct, "planned_eps_lower": eps_ceiling,
              "mc_median": None, "mc_p10": None, "mc_p90": None, "prob_zero": None, "score_model": "perfect"}
@@ -242,7 +219,7 @@ def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
         doc = power.to_json()
         given = {k: doc[k] for k in POWER_KEYS if k in doc}
     else:
-        raise InvalidParameter("power", type(power).__name__, "a mapping with the power keys of spec §10, or None")
+        raise InvalidParameter("power", type(power).__name__, "a mapping with the keys of POWER_KEYS, or None")
     block["score_model"] = None
     for key, value in given.items():
         if key == "score_model":
@@ -280,14 +257,14 @@ def _known(section: str, mapping: Mapping | None, keys: tuple[str, ...]) -> dict
 
 
 def audit_document(report: AuditReport) -> dict:
-    """The sealed, schema-valid artifact: the report plus `created_utc` and `sha256`."""
-    from privcheck.artifacts.schema import validate
-    from privcheck.artifacts.writer import seal
+    """The sealed, schema-valid artifact: the report plus `created_utc` and `sha256` (checked in memory, so a
+    caller can print exactly what `write_audit` will write)."""
+    from privcheck.artifacts import seal, validate
 
     if not isinstance(report, AuditReport):
         raise InvalidParameter("report", type(report).__name__, "an AuditReport")
     doc = report.to_json()
-    doc["created_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    doc["created_utc"] = utc_now("seconds")
     doc = seal(doc)
     validate(doc, name=SCHEMA_FILE)
     return doc
@@ -304,12 +281,12 @@ def check_out_dir(out) -> Path:
 
 
 def write_audit(report: AuditReport, out_dir, *, document: dict | None = None) -> Path:
-    """Seal, validate and atomically write `out_dir/audit.json`; returns its path.
+    """Write `out_dir/audit.json` through the one artifact writer (`privcheck.artifacts.write_artifact`: sealed,
+    validated, atomic); returns its path.
 
     `document`: the already sealed `audit_document(report)` (so a caller can print exactly what was written).
     """
-    from privcheck.artifacts.schema import validate
-    from privcheck.artifacts.writer import dump_json, verify_seal, write_atomic
+    from privcheck.artifacts import verify_seal, write_artifact
 
     path = check_out_dir(out_dir)
     if document is None:
@@ -317,5 +294,5 @@ def write_audit(report: AuditReport, out_dir, *, document: dict | None = None) -
     elif not (isinstance(document, dict) and verify_seal(document)
               and {k: v for k, v in document.items() if k not in ("created_utc", "sha256")} == report.to_json()):
         raise InvalidParameter("document", "mismatch", "audit_document(report) for this report")
-    validate(document, name=SCHEMA_FILE)
-    return write_atomic(path / ARTIFACT, dump_json(document))
+    write_artifact(path / ARTIFACT, document, schema=SCHEMA_FILE)
+    return path / ARTIFACT

@@ -1,4 +1,4 @@
-"""Score models for audit power analysis (spec audits.md §6.3, §7.3): how canary scores are distributed.
+"""Score models for audit power analysis: how canary scores are distributed (docs/audits.md, "Score models").
 
 A score model draws one attack score per canary given whether the canary was included, in canary order:
 `model.draw(included, rng)` returns an array of the shape of the boolean array `included`, each entry drawn
@@ -8,9 +8,10 @@ Models:
 * `Perfect()`: every included canary scores above every excluded one (in ~ 1 + U(0,1), out ~ U(0,1)).
 * `GDP(mu)`: in ~ N(mu, 1), out ~ N(0, 1).
 * `DPSGDDirac(q, sigma, steps, stat, interference)`: an idealised gradient-space Dirac canary audited white-box
-  (§7.3). Per step, in units of the noise std σC, `y_t = B_t/σ + s·Z_t` with `B_t ~ Bern(q)` if included and 0 if
-  not, `Z_t ~ N(0, 1)`, `s = sqrt(1 + τ²)`. `stat="llr"` scores `Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²))`,
-  the Neyman–Pearson statistic of §6.3; `stat="sum"` scores `Σ_t y_t/√T` (the final-model coordinate of plain SGD).
+  (the DP-GRPO Dirac canary of docs/audits.md). Per step, in units of the noise std σC, `y_t = B_t/σ + s·Z_t`
+  with `B_t ~ Bern(q)` if included and 0 if not, `Z_t ~ N(0, 1)`, `s = sqrt(1 + τ²)`. `stat="llr"` scores
+  `Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²))`, the Neyman–Pearson statistic of the per-step observations;
+  `stat="sum"` scores `Σ_t y_t/√T` (the final-model coordinate of plain SGD).
 * `Empirical(in_scores, out_scores)`: resampled with replacement from a pilot's scores.
 
 Assumptions and numerics: canaries are independent given their bits (no interference between canaries beyond τ).
@@ -53,6 +54,11 @@ class ScoreModel:
     def describe(self) -> dict:
         return {"name": self.name, "params": self.params()}
 
+    @property
+    def event(self):
+        """The `privcheck.accounting` event of the audited mechanism, or None when the model has none."""
+        return None
+
 
 @dataclass(frozen=True)
 class Perfect(ScoreModel):
@@ -83,6 +89,14 @@ class GDP(ScoreModel):
     def params(self) -> dict:
         return {"mu": self.mu}
 
+    @property
+    def event(self):
+        """μ-GDP is the Gaussian mechanism of sensitivity μ and unit noise (None for μ = 0: no claim to compare)."""
+        if self.mu == 0:
+            return None
+        from privcheck.accounting import GaussianEvent
+        return GaussianEvent(sigma=1.0, sensitivity=self.mu)
+
     def draw(self, included, rng):
         included = np.asarray(included, dtype=bool)
         return rng.standard_normal(included.shape) + self.mu * included
@@ -90,7 +104,7 @@ class GDP(ScoreModel):
 
 @dataclass(frozen=True)
 class DPSGDDirac(ScoreModel):
-    """Gradient-space Dirac canary with white-box per-step scoring (spec §6.3, §7.3)."""
+    """Gradient-space Dirac canary with white-box per-step scoring (module docstring)."""
 
     q: float
     sigma: float
@@ -114,6 +128,12 @@ class DPSGDDirac(ScoreModel):
     def params(self) -> dict:
         return {"q": self.q, "sigma": self.sigma, "T": self.steps, "stat": self.stat,
                 "interference": self.interference}
+
+    @property
+    def event(self):
+        """The audited DP-SGD / DP-GRPO mechanism: Poisson rate q, noise multiplier σ, T steps (add/remove)."""
+        from privcheck.accounting import PoissonGaussianEvent
+        return PoissonGaussianEvent(sampling_rate=self.q, noise_multiplier=self.sigma, steps=self.steps)
 
     @property
     def noise_scale(self) -> float:
@@ -220,14 +240,14 @@ def _pilot_scores(name: str, scores) -> np.ndarray:
     return arr
 
 
-def parse_score_model(spec) -> ScoreModel:
+def parse_score_model(score_model) -> ScoreModel:
     """A ScoreModel, or one of the strings `perfect`, `gdp:MU`, `dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU]`."""
-    if isinstance(spec, ScoreModel):
-        return spec
+    if isinstance(score_model, ScoreModel):
+        return score_model
     allowed = "perfect, gdp:MU, dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] or a ScoreModel instance"
-    if not isinstance(spec, str):
-        raise InvalidParameter("score_model", spec, allowed)
-    kind, _, args = spec.strip().partition(":")
+    if not isinstance(score_model, str):
+        raise InvalidParameter("score_model", score_model, allowed)
+    kind, _, args = score_model.strip().partition(":")
     fields = [f.strip() for f in args.split(",")] if args else []
     if kind == "perfect" and not fields:
         return Perfect()
@@ -238,7 +258,7 @@ def parse_score_model(spec) -> ScoreModel:
         steps = _number("T", fields[2])
         return DPSGDDirac(_number("q", fields[0]), _number("sigma", fields[1]),
                           int(steps) if float(steps).is_integer() else steps, fields[3], tau)
-    raise InvalidParameter("score_model", spec, allowed)
+    raise InvalidParameter("score_model", score_model, allowed)
 
 
 def _number(name: str, text: str) -> float:

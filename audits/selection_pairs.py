@@ -1,19 +1,21 @@
-"""Worst-case neighbour pairs of the selection mechanisms as score-level harnesses (spec audits.md §8.3–§8.4).
+"""Worst-case neighbour pairs of the selection mechanisms as score-level harnesses (docs/audits.md, "Black-box
+pair audits of the selection mechanisms").
 
 Each builder returns a `SelectionPair`: two samplers (`sample(size, generator) -> outputs`) that run the
 mechanism's own code on a fixed, public candidate list whose scores differ by at most Δ per candidate, the
-certified ε the accountant charges, and the exact output laws of the reference mechanism (selection spec
-§14), from which the exact log-ratio of any event follows. `pair.audit(n, seed=...)` runs
-`audits.blackbox.pair_audit` (by default on the pair's pre-registered target event) with the right nominal
-value: the ex-ante ε for PrivBoN, the largest certified ex-post loss over the outputs of the chosen event for
-PrivITP's Phase 2 (§8.1).
+certified ε the accountant charges (`privcheck.accounting.epsilon` of the mechanism's event), and the exact
+output laws of the reference mechanism (docs/selection.md, "Exact output laws"), from which the exact
+log-ratio of any event follows. `pair.audit(n, seed=...)` runs `audits.blackbox.pair_audit` (by default on the
+pair's pre-registered target event) with the right nominal value: the ex-ante ε for PrivBoN, the largest
+certified ex-post loss over the outputs of the chosen event for PrivITP's Phase 2 (an ex-post claim bounds
+every output's probability ratio by that output's loss).
 
     privbon_worst_pair(Δ, σ, n, R)     D: (Δ, R−Δ, …, R−Δ), D′: (0, R, …, R); event {candidate 1}:
-                                       exact ln-ratio ε_BoN(n) ≤ 2Δ/σ                             (§8.3)
+                                       exact ln-ratio ε_BoN(n) ≤ 2Δ/σ
     exponential_mechanism_pair()       the n = 2, R = Δ = 1, σ = 2 case: u(D) = (1, 0), u(D′) = (0, 1),
-                                       ln-ratio 1/2 (the spec's reference value 0.5000)
+                                       ln-ratio 1/2 (the ε = 1 exponential mechanism on two outputs)
     privitp_phase2_pair(θ, λ̃, t₀)      Phase 2 given a fixed λ̃: rejected candidates R−Δ vs R, the accepted
-                                       one Δ vs 0; ln-ratio (t₀−1)κ + κ_acc, or nκ for t₀ = ⊥       (§8.4)
+                                       one Δ vs 0; ln-ratio (t₀−1)κ + κ_acc, or nκ for t₀ = ⊥
     plan_privitp_phase2(θ, t₀, n)      λ̃ and σ_Z from a grid maximising the bound predicted by the exact law
     privitp_phase1_pair(θ)             the λ̃ release: Phase-1 scores shifted by Δ shift λ̂ by exactly Δ
     privitp_independence_probe(θ, …)   Phase-1 lists that are permutations of each other (same λ̂, hence the
@@ -24,8 +26,9 @@ HALT_FALLBACK = 0 for ⊥; the Phase-1 pair returns λ̃. Every builder takes a 
 `phase2`) so that a modified implementation can be audited against the reference claim; the exact laws are
 always those of the reference mechanism.
 
-Scope (spec §8.3, §11 item 17): these audits test the mechanism (noise scale, sampling, accounting),
-never the reward model's Δ, which stays an assumption. Candidate lists are fixed (spec §13.8), not π0 draws.
+Scope: these audits test the mechanism (noise scale, sampling, accounting), never the reward model's Δ, which
+stays an assumption. Candidate lists are fixed and public, not π0 draws (the guarantees hold for every fixed
+list, hence also for lists drawn from π0).
 """
 
 from __future__ import annotations
@@ -39,13 +42,28 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy.stats import norm
 
-from audits.blackbox import (D_OVER_DPRIME, Event, Fixed, Singletons, Thresholds, TopPrefixes, bound_from_counts,
-                             pair_audit)
-from mechanisms.selection import HALT_FALLBACK, PrivBoN, PrivITP, lambda_hat, privbon_law, privitp_law, \
-    privitp_law_given_lambda
+from audits.blackbox import (
+    D_OVER_DPRIME,
+    Event,
+    Fixed,
+    Singletons,
+    Thresholds,
+    TopPrefixes,
+    bound_from_counts,
+    pair_audit,
+)
+from mechanisms.selection import (
+    HALT_FALLBACK,
+    PrivBoN,
+    PrivITP,
+    lambda_hat,
+    privbon_law,
+    privitp_law,
+    privitp_law_given_lambda,
+)
 from mechanisms.selection.privitp import run_phase2
 from privcheck import validation as v
-from privcheck.accounting import PrivITPParams, privbon_epsilon, privitp_loss, privitp_phase1_epsilon
+from privcheck.accounting import PrivBoNEvent, PrivITPEvent, PrivITPParams, PrivITPPhase1Event, epsilon
 from privcheck.errors import InvalidParameter
 
 _CHUNK_CANDIDATES = 1 << 22     # draws per sampler call are chunked to bound memory (rows × n)
@@ -83,8 +101,8 @@ class SelectionPair:
 
     @property
     def event_family(self) -> tuple:
-        """The family `audit` uses by default: the pre-registered target event when there is one (spec
-        §8.3–§8.4 design each pair for it), else singletons and top-j prefixes."""
+        """The family `audit` uses by default: the pre-registered target event when there is one (each worst
+        pair is designed for it), else singletons and top-j prefixes."""
         if self.default_family is not None:
             return self.default_family
         if self.target is not None:
@@ -107,7 +125,7 @@ class SelectionPair:
         return math.inf if den <= 0.0 else math.log(num) - math.log(den)
 
     def nominal(self, event, direction: str) -> float:
-        """The claim to compare with for this event: max certified ex-post loss over its outputs (§8.1),
+        """The claim to compare with for this event: max certified ex-post loss over its outputs,
         or the ex-ante ε the mechanism reports on the numerator dataset."""
         if self.expost is None:
             return float(self.claimed[direction]) if self.claimed else self.certified_epsilon
@@ -141,12 +159,12 @@ def _chunked(draw: Callable[[int, np.random.Generator], np.ndarray], width: int)
     return sample
 
 
-# --- PrivBoN (§8.3) -----------------------------------------------------------------------------------------------
+# --- PrivBoN ------------------------------------------------------------------------------------------------------
 
 def privbon_worst_pair(sensitivity, sigma, candidates, r_max, r_lo=0.0, *, mode: str = "exact",
                        mechanism=None) -> SelectionPair:
     """The extremal PrivBoN pair: on D candidate 1 scores r_lo + Δ and the others r_max − Δ; on D′ they
-    score r_lo and r_max. Event {candidate 1} (output 0) has exact ln-ratio ε_BoN(n) (spec selection §4.3).
+    score r_lo and r_max. Event {candidate 1} (output 0) has exact ln-ratio ε_BoN(n) (docs/selection.md, PrivBoN).
 
     `mechanism`: an object with `select(scores[P, n], generator) -> SelectionResult` (default
     `PrivBoN(Δ, σ, r_max, r_lo, mode)`); its own record gives the claimed ε on each side.
@@ -157,7 +175,7 @@ def privbon_worst_pair(sensitivity, sigma, candidates, r_max, r_lo=0.0, *, mode:
     return privbon_pair(np.array([lo + d] + [hi - d] * (n - 1)), np.array([lo] + [hi] * (n - 1)),
                         sensitivity=d, sigma=sigma, r_max=hi, r_lo=lo, mode=mode, mechanism=mechanism,
                         pair_id=f"privbon_worst_n{n}_delta{d:g}_sigma{float(sigma):g}_range{lo:g}-{hi:g}",
-                        pair_kind="worst_case_spec_8.3")
+                        pair_kind="worst_case")
 
 
 def privbon_pair(scores_D, scores_Dprime, *, sensitivity, sigma, r_max, r_lo=0.0, mode: str = "exact",
@@ -169,8 +187,9 @@ def privbon_pair(scores_D, scores_Dprime, *, sensitivity, sigma, r_max, r_lo=0.0
     if s_d.ndim != 1 or s_d.shape != s_dp.shape or not (np.all(np.isfinite(s_d)) and np.all(np.isfinite(s_dp))):
         raise InvalidParameter("scores_D", "array", "two 1-D arrays of finite scores of the same length")
     n = s_d.size
-    certified = privbon_epsilon(sensitivity, sigma, candidates=n, r_max=r_max, r_lo=r_lo, mode=mode)
-    d, lo, hi = certified.inputs["sensitivity"], certified.inputs["r_lo"], certified.inputs["r_max"]
+    event = PrivBoNEvent(sensitivity, sigma, candidates=n, r_max=r_max, r_lo=r_lo, mode=mode)
+    certified = epsilon(event)
+    d, lo, hi = event.sensitivity, event.r_lo, event.r_max
     if np.max(np.abs(s_d - s_dp)) > d:
         raise InvalidParameter("scores_Dprime", "array", f"scores within Δ = {d} of scores_D (neighbours)")
     mech = PrivBoN(d, sigma, hi, lo, mode=mode) if mechanism is None else mechanism
@@ -199,13 +218,18 @@ def _claimed_bon(mech, scores: np.ndarray) -> float:
 
 
 def exponential_mechanism_pair(mechanism=None) -> SelectionPair:
-    """Spec §8.3 example: ε = 1 exponential mechanism on two outputs, u(D) = (1, 0), u(D′) = (0, 1), Δu = 1,
+    """The ε = 1 exponential mechanism on two outputs, u(D) = (1, 0), u(D′) = (0, 1), Δu = 1,
     i.e. PrivBoN with n = 2, R_max = Δ = 1, σ = 2. Exact ln-ratio of output 0: 1/2 = ε_BoN(2)."""
     pair = privbon_worst_pair(1.0, 2.0, 2, 1.0, mechanism=mechanism)
     return dataclasses.replace(pair, pair_id="exponential_mechanism_eps1_two_outputs")
 
 
-# --- PrivITP Phase 2 given λ̃ (§8.4) -------------------------------------------------------------------------------
+# --- PrivITP Phase 2 given λ̃ --------------------------------------------------------------------------------------
+
+def _eps2(params: PrivITPParams, lambda_tilde: float, halting_time: int | None) -> float:
+    """Certified Phase-2 ex-post loss ε2(t; λ̃) of one PrivITP query, from its event's record."""
+    return epsilon(PrivITPEvent(params, lambda_tilde, halting_time)).details["eps2_post"]["value"]
+
 
 def _phase2_scores(params: PrivITPParams, target: int | None) -> tuple[np.ndarray, np.ndarray]:
     n, d, lo, hi = params.candidates, params.sensitivity, params.r_lo, params.r_max
@@ -227,14 +251,14 @@ def _target(params: PrivITPParams, target) -> int | None:
 def privitp_phase2_pair(params: PrivITPParams, lambda_tilde, target, *, accountant_params: PrivITPParams | None = None,
                         phase2=None) -> SelectionPair:
     """Phase 2 of PrivITP conditional on a fixed released λ̃ (a test hook), for the event {t = target}
-    (`target` None: the fallback ⊥). Spec selection §8.2: on D′ the candidates before the target score r_max
-    and the target r_lo; on D, r_max − Δ and r_lo + Δ (candidates after it score as the rejected ones). For
-    the fallback every candidate scores r_max on D′ and r_max − Δ on D.
+    (`target` None: the fallback ⊥). The worst case (docs/selection.md, PrivITP): on D′ the candidates before
+    the target score r_max and the target r_lo; on D, r_max − Δ and r_lo + Δ (candidates after it score as the
+    rejected ones). For the fallback every candidate scores r_max on D′ and r_max − Δ on D.
 
     `phase2(scores[P, n], λ̃[P], c[P], σ_Z, generator) -> (first, accepted)` defaults to the mechanism's
     `run_phase2`; `accountant_params` (default `params`) is what the accountant is given, for auditing a
-    mismatched accountant. The certified ex-post loss per output is `privitp_loss(...).eps2_post` (Phase 2
-    only: λ̃ is fixed, so ε1 and δ are not part of this audit).
+    mismatched accountant. The certified ex-post loss per output is the `eps2_post` of
+    `epsilon(PrivITPEvent(...))` (Phase 2 only: λ̃ is fixed, so ε1 and δ are not part of this audit).
     """
     if not isinstance(params, PrivITPParams):
         raise InvalidParameter("params", type(params).__name__, "a PrivITPParams")
@@ -256,8 +280,8 @@ def privitp_phase2_pair(params: PrivITPParams, lambda_tilde, target, *, accounta
         return _chunked(draw, n)
 
     support = tuple(range(1, n + 1)) + (HALT_FALLBACK,)
-    expost = {t: privitp_loss(acc, lt, t).details["eps2_post"]["value"] for t in range(1, n + 1)}
-    expost[HALT_FALLBACK] = privitp_loss(acc, lt, None).details["eps2_post"]["value"]
+    expost = {t: _eps2(acc, lt, t) for t in range(1, n + 1)}
+    expost[HALT_FALLBACK] = _eps2(acc, lt, None)
     law_d, law_dp = (privitp_law_given_lambda(s, lt, params) for s in (scores_d, scores_dp))
     target_output = HALT_FALLBACK if t0 is None else t0
     return SelectionPair(
@@ -265,7 +289,7 @@ def privitp_phase2_pair(params: PrivITPParams, lambda_tilde, target, *, accounta
         sample_D=sampler(scores_d), sample_Dprime=sampler(scores_dp), certified_epsilon=expost[target_output],
         delta=0.0, claim={"accountant": "ex_post", "mechanism": {"name": "privitp_phase2_given_lambda", "params": {
             **{k: val for k, val in params.to_json().items()}, "lambda_tilde": lt, "c": c,
-            "target": "fallback" if t0 is None else t0, "pair": "worst_case_spec_8.4", "scope": SCOPE}}},
+            "target": "fallback" if t0 is None else t0, "pair": "worst_case", "scope": SCOPE}}},
         target=(target_output,), support=support,
         law_D=np.append(law_d.probs, law_d.fallback), law_Dprime=np.append(law_dp.probs, law_dp.fallback),
         expost=expost, scores_D=scores_d, scores_Dprime=scores_dp)
@@ -286,7 +310,7 @@ class Phase2Plan:
 
 def plan_privitp_phase2(base: PrivITPParams, target, samples: int, *, sigma_z_grid=None, lambda_grid=None,
                         confidence: float = 0.95, split_frac: float = 0.5, min_expected: float = 100.0) -> Phase2Plan:
-    """Choose (σ_Z, λ̃) on a grid so that the event {t = target} of the extremal pair is auditable (§8.4):
+    """Choose (σ_Z, λ̃) on a grid so that the event {t = target} of the extremal pair is auditable:
     among configurations whose expected count of the event on D′'s test part, m·P_D′(E) with
     m = samples − round(split_frac·samples), is at least `min_expected`, maximise the ε_lower predicted when
     the test counts equal their expectations under the exact law. Uses only public quantities (no sampling).
@@ -318,7 +342,7 @@ def plan_privitp_phase2(base: PrivITPParams, target, samples: int, *, sigma_z_gr
     if best is None:
         raise InvalidParameter("samples", samples, f"enough draws for m·P_D′(E) >= {min_expected} at some grid point")
     predicted, params, lt, p_d, p_dp = best
-    certified = privitp_loss(params, lt, t0).details["eps2_post"]["value"]
+    certified = _eps2(params, lt, t0)
     return Phase2Plan(params, lt, p_d, p_dp, math.log(p_d) - math.log(p_dp), certified, predicted)
 
 
@@ -327,7 +351,7 @@ def plan_privitp_phase2(base: PrivITPParams, target, samples: int, *, sigma_z_gr
 def privitp_phase1_pair(params: PrivITPParams, *, phase1_scores=None, phase1_epsilon: float | None = None,
                         mechanism=None) -> SelectionPair:
     """The λ̃ release of PrivITP: D′ has Phase-1 scores s (default all (r_lo + r_max − Δ)/2), D has s + Δ, so
-    λ̂ shifts by exactly Δ (spec §8.4); the Phase-2 list is the same on both sides. Output: λ̃ (a float).
+    λ̂ shifts by exactly Δ (translation equivariance); the Phase-2 list is the same on both sides. Output: λ̃.
 
     Claim: (ε1, δ) of the analytic Gaussian release (`phase1_epsilon` overrides ε1 to audit a wrong charge).
     Exact law: λ̃ ~ N(λ̂, σ_X²) on each side; events are thresholds on λ̃.
@@ -343,8 +367,8 @@ def privitp_phase1_pair(params: PrivITPParams, *, phase1_scores=None, phase1_eps
         if s.shape != (n,) or not np.all(np.isfinite(s)) or np.any(s < params.r_lo) or np.any(s > params.r_max - d):
             raise InvalidParameter("phase1_scores", "array",
                                    f"{n} scores in [r_lo, r_max − Δ] (so s + Δ stays in range)")
-    eps1 = privitp_phase1_epsilon(params).value if phase1_epsilon is None else v.positive("phase1_epsilon",
-                                                                                         phase1_epsilon)
+    eps1 = (epsilon(PrivITPPhase1Event(params)).value if phase1_epsilon is None
+            else v.positive("phase1_epsilon", phase1_epsilon))
     mech = PrivITP(params) if mechanism is None else mechanism
     phase2 = np.full(n, params.r_lo)                      # the same public Phase-2 list on both sides
     lam_dp = lambda_hat(s, params.beta)
@@ -367,7 +391,7 @@ def privitp_phase1_pair(params: PrivITPParams, *, phase1_scores=None, phase1_eps
         sample_D=sampler(s + d), sample_Dprime=sampler(s), certified_epsilon=eps1, delta=params.delta,
         claim={"accountant": "analytic", "mechanism": {"name": "privitp_phase1_release", "params": {
             **params.to_json(), "eps1": eps1, "lambda_hat_D": lam_d, "lambda_hat_Dprime": lam_dp,
-            "pair": "phase1_shift_spec_8.4", "scope": SCOPE}}},
+            "pair": "phase1_shift", "scope": SCOPE}}},
         scores_D=s + d, scores_Dprime=s, event_probabilities=probabilities, default_family=(Thresholds(),))
 
 
@@ -375,8 +399,8 @@ def privitp_independence_probe(params: PrivITPParams, phase1_scores, phase1_perm
                                mechanism=None) -> SelectionPair:
     """Two inputs that must give the same output law: Phase-1 lists that are permutations of each other
     (λ̂ is a symmetric function, so λ̃ has the same law) and the same Phase-2 list. The halting time depends
-    only on λ̃ and the Phase-2 list (spec §6 [Req]: independent batches), so the claim is ε = 0, δ = 0; a
-    positive ε_lower shows that Phase 2 reads the Phase-1 candidates (pitfall §16.6)."""
+    only on λ̃ and the Phase-2 list (the two phases use independent batches), so the claim is ε = 0, δ = 0; a
+    positive ε_lower shows that Phase 2 reads the Phase-1 candidates."""
     if not isinstance(params, PrivITPParams):
         raise InvalidParameter("params", type(params).__name__, "a PrivITPParams")
     n = params.candidates

@@ -1,4 +1,5 @@
-"""Guess rules for one-run audits and how the threshold is chosen (spec audits.md §3.1 steps 5–7, §3.6).
+"""Guess rules for one-run audits and how the threshold is chosen (docs/audits.md, "Choosing the threshold
+without cheating").
 
 Guarantees:
 * Ranking: canaries are ordered by score, highest first; ties are broken by a fixed random key
@@ -12,22 +13,26 @@ Guarantees:
 * `Split(frac, seed, candidates)`: a random subset (chosen by `seed`, independent of S) of ⌊frac·m⌉
   canaries is used only to choose (k₊, k₋) among `candidates` (sizes on the test part) by the planned
   bound `EPS_LB(m_test, r, ⌊precision·r⌋, δ, p)`; the test runs once on the remaining m_test canaries,
-  and m in the δ term is m_test (§13.3).
-Same-data selection (choosing k on the labels you test with) is not offered: it is invalid (§11.1).
+  and m in the δ term is m_test (the selection canaries become fixed, known records of the dataset).
+Same-data selection (choosing k on the labels you test with) is not offered: it is invalid.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import secrets
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from audits.canary import TIE_BREAK_SEED, _tick
-from audits.one_run import EpsSearch, _tail_and_window, check_int, search_eps_lower
+from audits.canary import TIE_BREAK_SEED, tick
+from audits.pvalue import EpsSearch, p_value_unchecked, search_eps_lower
+from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import RandomnessPolicy
+
+__all__ = ["Bonferroni", "Explicit", "Outcome", "SPLIT_GRID_SIZE", "STRATEGIES", "Split", "TIE_BREAK_SEED",
+           "check_strategy", "count", "guesses", "rank", "tie_break_key"]
 
 SPLIT_GRID_SIZE = 24
 
@@ -38,7 +43,7 @@ SPLIT_GRID_SIZE = 24
 
 def tie_break_key(m: int, seed: int = TIE_BREAK_SEED) -> np.ndarray:
     """One uniform key per canary, independent of the scores and of S."""
-    return np.random.default_rng(seed).random(m)
+    return RandomnessPolicy.seeded(seed).numpy_generator().random(m)
 
 
 def rank(scores: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -63,8 +68,8 @@ def count(gamma: np.ndarray, signs: np.ndarray) -> tuple[int, int]:
 
 
 def _check_pair(k_plus, k_minus, m: int, where: str) -> tuple[int, int]:
-    kp = check_int(f"{where}k_plus", k_plus, 0)
-    km = check_int(f"{where}k_minus", k_minus, 0)
+    kp = val.count(f"{where}k_plus", k_plus, 0)
+    km = val.count(f"{where}k_minus", k_minus, 0)
     if kp + km < 1 or kp + km > m:
         raise InvalidParameter(f"{where}k_plus + k_minus", kp + km, f"an integer in [1, m={m}]")
     return kp, km
@@ -103,7 +108,7 @@ class Explicit:
         kp, km = _check_pair(k_plus, k_minus, m, "")
         r, v = count(guesses(rank(scores, key), kp, km), signs)
         search = search_eps_lower(m, r, v, delta, p)
-        pnom = None if eps_nominal is None else _tail_and_window(m, r, v, eps_nominal, delta, None)
+        pnom = None if eps_nominal is None else p_value_unchecked(m, r, v, eps_nominal, delta)
         return Outcome("explicit", m, kp, km, r, v, 1, None, search, pnom)
 
 
@@ -124,8 +129,8 @@ class Bonferroni:
         for pair in list(family):
             if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
                 raise InvalidParameter("family", pair, "(k_plus, k_minus) integer pairs")
-            kp = check_int("family.k_plus", pair[0], 0)
-            km = check_int("family.k_minus", pair[1], 0)
+            kp = val.count("family.k_plus", pair[0], 0)
+            km = val.count("family.k_minus", pair[1], 0)
             if kp + km < 1:
                 raise InvalidParameter("family", pair, "pairs with k_plus + k_minus >= 1")
             pairs.append((kp, km))
@@ -134,7 +139,7 @@ class Bonferroni:
         if len(set(pairs)) != len(pairs):
             raise InvalidParameter("family", "duplicate pairs", "distinct (k_plus, k_minus) pairs")
         object.__setattr__(self, "family", tuple(pairs))
-        object.__setattr__(self, "declared_at", _tick())
+        object.__setattr__(self, "declared_at", tick())
 
     def run(self, scores, signs, key, *, k_plus, k_minus, delta, p, eps_nominal) -> Outcome:
         m = scores.size
@@ -151,7 +156,7 @@ class Bonferroni:
             if best is None or search.eps_lower > best[4].eps_lower:
                 best = (kp, km, r, v, search)
             if eps_nominal is not None:
-                p_nominal = min(p_nominal, _tail_and_window(m, r, v, eps_nominal, delta, None))
+                p_nominal = min(p_nominal, p_value_unchecked(m, r, v, eps_nominal, delta))
         kp, km, r, v, search = best
         pnom = None if eps_nominal is None else min(1.0, K * p_nominal)
         return Outcome("bonferroni", m, kp, km, r, v, K, None, search, pnom)
@@ -171,14 +176,13 @@ class Split:
     name = "split"
 
     def __post_init__(self):
-        if isinstance(self.frac, bool) or not isinstance(self.frac, numbers.Real) or not 0 < self.frac < 1:
-            raise InvalidParameter("frac", self.frac, "(0, 1)")
+        object.__setattr__(self, "frac", val.open_unit("frac", self.frac))
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)
                                       or self.seed < 0):
             raise InvalidParameter("seed", self.seed, "an integer >= 0 or None (OS entropy)")
         if self.candidates is not None:
-            object.__setattr__(self, "candidates", tuple((check_int("candidates.k_plus", a, 0),
-                                                          check_int("candidates.k_minus", b, 0))
+            object.__setattr__(self, "candidates", tuple((val.count("candidates.k_plus", a, 0),
+                                                          val.count("candidates.k_minus", b, 0))
                                                          for a, b in self.candidates))
             if not self.candidates:
                 raise InvalidParameter("candidates", [], "a non-empty list of (k_plus, k_minus) pairs or None")
@@ -188,8 +192,7 @@ class Split:
         n_sel = int(round(self.frac * m))
         if not 1 <= n_sel <= m - 1:
             raise InvalidParameter("frac", self.frac, f"a fraction leaving canaries on both sides of the split (m={m})")
-        seed = self.seed if self.seed is not None else secrets.randbits(64)
-        perm = np.random.default_rng(seed).permutation(m)
+        perm = RandomnessPolicy.from_setting(self.seed).numpy_generator().permutation(m)
         return np.sort(perm[:n_sel]), np.sort(perm[n_sel:])
 
     def grid(self, m_test: int) -> tuple[tuple[int, int], ...]:
@@ -223,7 +226,7 @@ class Split:
         kp, km = best
         r, v = count(guesses(rank(scores[test], key[test]), kp, km), signs[test])
         search = search_eps_lower(m_test, r, v, delta, p)
-        pnom = None if eps_nominal is None else _tail_and_window(m_test, r, v, eps_nominal, delta, None)
+        pnom = None if eps_nominal is None else p_value_unchecked(m_test, r, v, eps_nominal, delta)
         return Outcome("split", m_test, kp, km, r, v, 1, float(self.frac), search, pnom)
 
 
@@ -231,11 +234,9 @@ STRATEGIES = (Explicit, Bonferroni, Split)
 
 
 def check_strategy(strategy):
+    """The strategy itself, or InvalidParameter when it is not one of `STRATEGIES`."""
     if not isinstance(strategy, STRATEGIES):
         raise InvalidParameter("strategy", type(strategy).__name__,
                                "Explicit(), Bonferroni(family) declared before labels, or Split(frac, seed)")
     return strategy
 
-
-__all__ = ["Bonferroni", "Explicit", "Outcome", "Split", "TIE_BREAK_SEED", "check_strategy", "count", "guesses",
-           "rank", "tie_break_key"]

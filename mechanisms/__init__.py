@@ -1,9 +1,9 @@
 """Private mechanisms built on `privcheck`.
 
 - `mechanisms.selection`: BoN, PrivBoN, ITP and PrivITP over score arrays, with exact output laws
-  (spec: shared/spec/selection.md; proofs: docs/selection.md).
-- `mechanisms.dpgrpo`: prompt-level DP-GRPO (spec: shared/spec/dpgrpo.md; in progress, docs/dpgrpo.md).
+  (guarantees and proofs: docs/selection.md).
+- `mechanisms.dpgrpo`: prompt-level DP-GRPO (threat model, Algorithm 1 and its proof map: docs/dpgrpo.md).
 
-Dependencies flow one way: `audits → mechanisms → privcheck`. A mechanism never computes its own ε: it
-calls one `privcheck.accounting` function and returns its record with the output.
+Dependencies flow one way: `audits → mechanisms → privcheck`. A mechanism never computes its own ε: it describes
+what it did as an event (or a plan) and asks `privcheck.accounting.epsilon` for the record.
 """

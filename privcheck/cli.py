@@ -7,45 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
+import privcheck
+from privcheck.cli_args import integer, number
 from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.serialization import jsonable
 
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
-def _integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-
-
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    return x
-
-
-def _deep_jsonable(x):
-    if isinstance(x, dict):
-        return {k: _deep_jsonable(val) for k, val in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_deep_jsonable(val) for val in x]
-    return _jsonable(x)
+__all__ = ["build_parser", "emit", "main"]
 
 
 def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
     """Print `payload` as one JSON object with --json, else `rows` as an aligned table (plugins use it)."""
     if args.json:
-        print(json.dumps(_deep_jsonable(payload), sort_keys=True, allow_nan=False))
+        print(json.dumps(jsonable(payload), sort_keys=True, allow_nan=False))
         return
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -55,18 +31,56 @@ def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
 
 # --- subcommands --------------------------------------------------------------------------------------
 
+def _history(text: str):
+    """--history: "σ:q:steps,..." or a JSON file holding [[σ, q, steps], ...] (an Opacus accountant's history) or
+    {"phases": [{"noise_multiplier", "sampling_rate", "steps"}, ...]}."""
+    from privcheck.accounting import CompositionHistory, PoissonGaussianEvent
+    path = Path(text)
+    if not path.suffix == ".json":
+        return CompositionHistory.parse(text)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidParameter("history", text, f"a readable JSON file ({exc.__class__.__name__})") from None
+    if isinstance(doc, dict) and isinstance(doc.get("phases"), list):
+        try:
+            return CompositionHistory(tuple(PoissonGaussianEvent(
+                sampling_rate=p["sampling_rate"], noise_multiplier=p["noise_multiplier"], steps=p["steps"])
+                for p in doc["phases"]))
+        except (KeyError, TypeError):
+            raise InvalidParameter("history", text, "phases with sampling_rate, noise_multiplier and steps") from None
+    return CompositionHistory.from_opacus(doc)
+
+
+def _dpsgd_event(args):
+    from privcheck.accounting import PoissonGaussianEvent
+    given = [name for name in ("sampling_rate", "noise_multiplier", "steps") if getattr(args, name) is not None]
+    if args.history is not None:
+        if given:
+            raise InvalidParameter(given[0], getattr(args, given[0]), "not given together with --history")
+        return _history(args.history)
+    for name in ("sampling_rate", "noise_multiplier", "steps"):
+        if getattr(args, name) is None:
+            raise InvalidParameter(name, None, "required (or give --history)")
+    return PoissonGaussianEvent(args.sampling_rate, args.noise_multiplier, args.steps)
+
+
 def cmd_account_dpsgd(args) -> int:
-    from privcheck.accounting import epsilon_pld, epsilon_rdp
-    pld = epsilon_pld(args.sampling_rate, args.noise_multiplier, args.steps, args.delta)
-    rdp = epsilon_rdp(args.sampling_rate, args.noise_multiplier, args.steps, args.delta)
+    from privcheck.accounting import epsilon
+    event = _dpsgd_event(args)
+    pld = epsilon(event, args.delta)
+    rdp = epsilon(event, args.delta, method="rdp")
     main, other = (pld, rdp) if args.accountant == "pld" else (rdp, pld)
     payload = {"epsilon": main.value, "delta": args.delta, "accountant": args.accountant,
-               "cross_check": {"accountant": other.method, "epsilon": _jsonable(other.value)},
+               "cross_check": {"accountant": other.method, "epsilon": jsonable(other.value)},
                "record": main.to_json()}
     rows = [("epsilon", main.value), ("delta", args.delta), ("accountant", args.accountant),
             (f"{other.method} (cross-check)", other.value)]
     if main.method == "rdp":
         rows.append(("rdp order", main.details["order"]))
+    if args.history is not None:
+        rows.append(("phases", len(event.phases)))
+        rows.append(("steps (total)", event.steps))
     emit(args, payload, rows)
     return 0
 
@@ -93,8 +107,8 @@ def cmd_calibrate_steps(args) -> int:
 
 
 def cmd_account_gaussian(args) -> int:
-    from privcheck.accounting import gaussian_epsilon
-    rec = gaussian_epsilon(args.sigma, args.delta, args.sensitivity)
+    from privcheck.accounting import GaussianEvent, epsilon
+    rec = epsilon(GaussianEvent(args.sigma, args.sensitivity), args.delta)
     payload = {"epsilon": rec.value, "delta": args.delta, "enclosure": [rec.certified.lower, rec.certified.upper],
                "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
@@ -108,16 +122,16 @@ def _enclosure(rec) -> list[float]:
 
 
 def cmd_account_privbon(args) -> int:
-    from privcheck.accounting import privbon_epsilon
+    from privcheck.accounting import PrivBoNEvent, epsilon
     if (args.candidates is None) != (args.r_max is None):
         raise InvalidParameter("candidates" if args.candidates is None else "r_max", None,
                                "--candidates and --r-max are given together")
-    nominal = privbon_epsilon(args.sensitivity, args.sigma, mode="nominal")
+    nominal = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, mode="nominal"))
     payload = {"epsilon": nominal.value, "epsilon_enclosure": _enclosure(nominal), "record": nominal.to_json()}
     rows = [("epsilon (2Δ/σ)", nominal.value)]
     if args.candidates is not None:
-        exact = privbon_epsilon(args.sensitivity, args.sigma, candidates=args.candidates, r_max=args.r_max,
-                                r_lo=args.r_lo)
+        exact = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, candidates=args.candidates, r_max=args.r_max,
+                                     r_lo=args.r_lo))
         payload.update(epsilon_bounded_range=exact.value, epsilon_bounded_range_enclosure=_enclosure(exact),
                        bounded_range_record=exact.to_json())
         rows.append((f"epsilon_bounded_range (n={args.candidates})", exact.value))
@@ -126,13 +140,13 @@ def cmd_account_privbon(args) -> int:
 
 
 def cmd_account_privitp(args) -> int:
-    from privcheck.accounting import PrivITPParams, privitp_loss
+    from privcheck.accounting import PrivITPEvent, PrivITPParams, epsilon
     if args.halting_time is None and not args.fallback:
         raise InvalidParameter("halting_time", None, "an integer in 1..candidates, or --fallback")
     params = PrivITPParams(candidates=args.candidates, beta=1.0, sigma_x=args.sigma_x, sigma_z=args.sigma_z,
                            headroom=args.headroom, sensitivity=args.sensitivity, delta=args.delta,
                            r_max=args.r_max, r_lo=args.r_lo)
-    rec = privitp_loss(params, args.lambda_tilde, None if args.fallback else args.halting_time)
+    rec = epsilon(PrivITPEvent(params, args.lambda_tilde, None if args.fallback else args.halting_time))
     d = rec.details
     payload = {"eps1": d["eps1"], "kappa": d["kappa"]["value"], "kappa_acc": d["kappa_acc"]["value"],
                "eps2_post": d["eps2_post"]["value"], "epsilon": rec.value, "delta": args.delta, "c": d["c"],
@@ -150,9 +164,9 @@ def cmd_account_privitp(args) -> int:
 
 
 def cmd_account_rnm(args) -> int:
-    from privcheck.accounting import gaussian_rnm_eps
+    from privcheck.accounting import GaussianReportNoisyMaxEvent, epsilon
     a, b = args.range
-    rec = gaussian_rnm_eps(args.queries, args.sigma, args.sensitivity, a, b)
+    rec = epsilon(GaussianReportNoisyMaxEvent(args.queries, args.sigma, args.sensitivity, a, b))
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", "pure ex-ante (same loss for every output)")])
@@ -160,10 +174,10 @@ def cmd_account_rnm(args) -> int:
 
 
 def cmd_account_at(args) -> int:
-    from privcheck.accounting import gaussian_at_expost_eps
+    from privcheck.accounting import GaussianAboveThresholdEvent, epsilon
     a, b = args.range
-    rec = gaussian_at_expost_eps(args.halting_time, args.threshold, args.sigma_threshold, args.sigma_query,
-                                 args.sensitivity, a, b)
+    rec = epsilon(GaussianAboveThresholdEvent(args.halting_time, args.threshold, args.sigma_threshold,
+                                              args.sigma_query, args.sensitivity, a, b))
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", f"pure ex-post, for halting at round {args.halting_time}")])
@@ -214,92 +228,95 @@ def cmd_report(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"privcheck {privcheck.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON object")
 
     account = sub.add_parser("account", help="privacy loss of a mechanism").add_subparsers(dest="what", required=True)
     a = account.add_parser("dp-sgd", parents=[common], help="Poisson-subsampled Gaussian composed T times")
-    a.add_argument("--sampling-rate", type=_number, required=True, help="q in (0, 1]")
-    a.add_argument("--noise-multiplier", type=_number, required=True, help="σ > 0")
-    a.add_argument("--steps", type=_integer, required=True, help="T >= 1")
-    a.add_argument("--delta", type=_number, required=True, help="δ in (0, 1)")
+    a.add_argument("--sampling-rate", type=number, help="q in (0, 1]")
+    a.add_argument("--noise-multiplier", type=number, help="σ > 0")
+    a.add_argument("--steps", type=integer, help="T >= 1")
+    a.add_argument("--history", help="instead of the three above: phases 'σ:q:steps,σ:q:steps,...' or a JSON "
+                                     "file (an Opacus accountant's history [[σ, q, steps], ...])")
+    a.add_argument("--delta", type=number, required=True, help="δ in (0, 1)")
     a.add_argument("--accountant", choices=("pld", "rdp"), default="pld")
     a.set_defaults(func=cmd_account_dpsgd)
     g = account.add_parser("gaussian", parents=[common], help="Gaussian mechanism (exact, certified)")
-    g.add_argument("--sensitivity", type=_number, required=True, help="L2 sensitivity Δ > 0")
-    g.add_argument("--sigma", type=_number, required=True, help="noise standard deviation σ > 0")
-    g.add_argument("--delta", type=_number, required=True, help="δ in (0, 1)")
+    g.add_argument("--sensitivity", type=number, required=True, help="L2 sensitivity Δ > 0")
+    g.add_argument("--sigma", type=number, required=True, help="noise standard deviation σ > 0")
+    g.add_argument("--delta", type=number, required=True, help="δ in (0, 1)")
     g.set_defaults(func=cmd_account_gaussian)
     pb = account.add_parser("privbon", parents=[common], help="PrivBoN (exponential mechanism), certified")
-    pb.add_argument("--sensitivity", type=_number, required=True, help="score sensitivity Δ > 0")
-    pb.add_argument("--sigma", type=_number, required=True, help="Gumbel scale σ > 0")
-    pb.add_argument("--candidates", type=_integer, help="n >= 1 (with --r-max: bounded-range ε_BoN(n))")
-    pb.add_argument("--r-max", type=_number, help="upper score bound (public)")
-    pb.add_argument("--r-lo", type=_number, default=0.0, help="lower score bound (default 0)")
+    pb.add_argument("--sensitivity", type=number, required=True, help="score sensitivity Δ > 0")
+    pb.add_argument("--sigma", type=number, required=True, help="Gumbel scale σ > 0")
+    pb.add_argument("--candidates", type=integer, help="n >= 1 (with --r-max: bounded-range ε_BoN(n))")
+    pb.add_argument("--r-max", type=number, help="upper score bound (public)")
+    pb.add_argument("--r-lo", type=number, default=0.0, help="lower score bound (default 0)")
     pb.set_defaults(func=cmd_account_privbon)
     pi = account.add_parser("privitp", parents=[common], help="PrivITP ex-post loss of one query, certified")
-    pi.add_argument("--sensitivity", type=_number, required=True, help="score sensitivity Δ")
-    pi.add_argument("--r-max", type=_number, required=True)
-    pi.add_argument("--r-lo", type=_number, default=0.0)
-    pi.add_argument("--sigma-x", type=_number, required=True, help="Phase-1 noise std σ_X")
-    pi.add_argument("--sigma-z", type=_number, required=True, help="Phase-2 noise std σ_Z")
-    pi.add_argument("--headroom", type=_number, required=True, help="L >= 0 (units of σ_Z)")
-    pi.add_argument("--candidates", type=_integer, required=True, help="n per phase")
-    pi.add_argument("--lambda-tilde", type=_number, required=True, help="the released λ̃")
+    pi.add_argument("--sensitivity", type=number, required=True, help="score sensitivity Δ")
+    pi.add_argument("--r-max", type=number, required=True)
+    pi.add_argument("--r-lo", type=number, default=0.0)
+    pi.add_argument("--sigma-x", type=number, required=True, help="Phase-1 noise std σ_X")
+    pi.add_argument("--sigma-z", type=number, required=True, help="Phase-2 noise std σ_Z")
+    pi.add_argument("--headroom", type=number, required=True, help="L >= 0 (units of σ_Z)")
+    pi.add_argument("--candidates", type=integer, required=True, help="n per phase")
+    pi.add_argument("--lambda-tilde", type=number, required=True, help="the released λ̃")
     stop = pi.add_mutually_exclusive_group(required=True)
-    stop.add_argument("--halting-time", type=_integer, help="round t of acceptance (1..n)")
+    stop.add_argument("--halting-time", type=integer, help="round t of acceptance (1..n)")
     stop.add_argument("--fallback", action="store_true", help="nothing was accepted")
-    pi.add_argument("--delta", type=_number, required=True, help="Phase-1 δ in (0, 1)")
+    pi.add_argument("--delta", type=number, required=True, help="Phase-1 δ in (0, 1)")
     pi.set_defaults(func=cmd_account_privitp)
-    rn = account.add_parser("gaussian-rnm", parents=[common], help="Gaussian Report-Noisy-Max (Lebensold et al.)")
-    rn.add_argument("--sigma", type=_number, required=True)
-    rn.add_argument("--sensitivity", type=_number, required=True)
-    rn.add_argument("--queries", type=_integer, required=True, help="number of queries d >= 1")
-    rn.add_argument("--range", type=_number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
+    rn = account.add_parser("gaussian-rnm", parents=[common], help="Gaussian Report-Noisy-Max, certified")
+    rn.add_argument("--sigma", type=number, required=True)
+    rn.add_argument("--sensitivity", type=number, required=True)
+    rn.add_argument("--queries", type=integer, required=True, help="number of queries d >= 1")
+    rn.add_argument("--range", type=number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
     rn.set_defaults(func=cmd_account_rnm)
     at = account.add_parser("gaussian-above-threshold", parents=[common],
-                            help="Gaussian AboveThreshold, ex-post (Lebensold et al.)")
-    at.add_argument("--threshold", type=_number, required=True, help="public threshold ρ")
-    at.add_argument("--sigma-threshold", type=_number, required=True, help="threshold noise σ_X")
-    at.add_argument("--sigma-query", type=_number, required=True, help="query noise σ_Z")
-    at.add_argument("--sensitivity", type=_number, required=True)
-    at.add_argument("--halting-time", type=_integer, required=True, help="round t >= 1")
-    at.add_argument("--range", type=_number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
+                            help="Gaussian AboveThreshold, ex-post, certified")
+    at.add_argument("--threshold", type=number, required=True, help="public threshold ρ")
+    at.add_argument("--sigma-threshold", type=number, required=True, help="threshold noise σ_X")
+    at.add_argument("--sigma-query", type=number, required=True, help="query noise σ_Z")
+    at.add_argument("--sensitivity", type=number, required=True)
+    at.add_argument("--halting-time", type=integer, required=True, help="round t >= 1")
+    at.add_argument("--range", type=number, nargs=2, metavar=("A", "B"), default=(0.0, 1.0))
     at.set_defaults(func=cmd_account_at)
 
     calibrate = sub.add_parser("calibrate", help="noise or steps for a target (ε, δ)").add_subparsers(
         dest="what", required=True)
     c = calibrate.add_parser("dp-sgd", parents=[common], help="smallest σ with ε ≤ target")
-    c.add_argument("--sampling-rate", type=_number, required=True)
-    c.add_argument("--steps", type=_integer, required=True)
-    c.add_argument("--delta", type=_number, required=True)
-    c.add_argument("--epsilon", type=_number, required=True, help="target ε > 0")
+    c.add_argument("--sampling-rate", type=number, required=True)
+    c.add_argument("--steps", type=integer, required=True)
+    c.add_argument("--delta", type=number, required=True)
+    c.add_argument("--epsilon", type=number, required=True, help="target ε > 0")
     c.set_defaults(func=cmd_calibrate_dpsgd)
     cs = calibrate.add_parser("dp-sgd-steps", parents=[common], help="largest T with ε ≤ target")
-    cs.add_argument("--sampling-rate", type=_number, required=True)
-    cs.add_argument("--noise-multiplier", type=_number, required=True)
-    cs.add_argument("--delta", type=_number, required=True)
-    cs.add_argument("--epsilon", type=_number, required=True)
+    cs.add_argument("--sampling-rate", type=number, required=True)
+    cs.add_argument("--noise-multiplier", type=number, required=True)
+    cs.add_argument("--delta", type=number, required=True)
+    cs.add_argument("--epsilon", type=number, required=True)
     cs.set_defaults(func=cmd_calibrate_steps)
 
     convert = sub.add_parser("convert", help="group privacy and neighbouring relations").add_subparsers(
         dest="what", required=True)
     cg = convert.add_parser("group", parents=[common], help="(kε, k·e^{(k−1)ε}·δ)")
-    cg.add_argument("--epsilon", type=_number, required=True)
-    cg.add_argument("--delta", type=_number, required=True)
-    cg.add_argument("--k", type=_integer, required=True, help="group size k >= 1")
+    cg.add_argument("--epsilon", type=number, required=True)
+    cg.add_argument("--delta", type=number, required=True)
+    cg.add_argument("--k", type=integer, required=True, help="group size k >= 1")
     cg.set_defaults(func=cmd_convert_group)
     cr = convert.add_parser("replace-one", parents=[common], help="(2ε, (1+e^ε)δ) from add/remove")
-    cr.add_argument("--epsilon", type=_number, required=True)
-    cr.add_argument("--delta", type=_number, required=True)
+    cr.add_argument("--epsilon", type=number, required=True)
+    cr.add_argument("--delta", type=number, required=True)
     cr.set_defaults(func=cmd_convert_replace_one)
 
     v = sub.add_parser("verify", parents=[common], help="run verification suites and write the artifact")
     v.add_argument("--out", required=True, help="output directory (verification.json, report.md, plots)")
     v.add_argument("--suite", action="extend", nargs="+", metavar="NAME",
                    help="suite names (repeatable; default: all registered)")
-    v.add_argument("--seed", type=_integer, default=None, help="seed for suites with statistical checks")
+    v.add_argument("--seed", type=integer, default=None, help="seed for suites with statistical checks")
     v.set_defaults(func=cmd_verify)
 
     r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown")

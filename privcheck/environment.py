@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+__all__ = ["NUMERIC_PACKAGES", "OPTIONAL_PACKAGES", "environment", "git_commit", "library_versions",
+           "package_version"]
+
 NUMERIC_PACKAGES = ("privcheck", "dp-accounting", "python-flint", "mpmath", "numpy", "scipy", "jsonschema")
 OPTIONAL_PACKAGES = ("torch", "transformers", "peft", "matplotlib", "hypothesis")
 

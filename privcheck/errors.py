@@ -1,5 +1,7 @@
 """Typed errors. Every rejection of user input names the parameter and its allowed range."""
 
+__all__ = ["CalibrationMismatch", "CertificationError", "InvalidParameter", "PrivcheckError"]
+
 
 class PrivcheckError(Exception):
     """Base class of the library's own errors."""
@@ -17,3 +19,8 @@ class InvalidParameter(PrivcheckError, ValueError):
 
 class CertificationError(PrivcheckError, ArithmeticError):
     """Ball arithmetic could not decide a bound within the precision limit (fail closed)."""
+
+
+class CalibrationMismatch(PrivcheckError, ValueError):
+    """A calibration record (or a claimed ε) does not belong to the plan it is attached to: its event or δ differ
+    from the plan's own public parameters, so the ε it carries is not the plan's ε."""

@@ -1,15 +1,24 @@
-"""Validators for public parameters. Each returns the value as a float/int or raises InvalidParameter."""
+"""Validators for public parameters: each returns the value as a float/int or raises InvalidParameter naming the
+parameter and its allowed range, before any work is done.
+
+One family: `real` is the finite-real check every interval validator starts from (NaN, ±inf, bools and
+non-numbers are refused with the interval in the message), `count` the integer check.
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
+from decimal import Decimal
 
 from privcheck.errors import InvalidParameter
 
+__all__ = ["count", "finite", "nonnegative", "open_unit", "ordered_counts", "positive", "real", "sampling_rate",
+           "significance", "unit_interval"]
 
-def _real(name: str, value, allowed: str) -> float:
-    """A finite real number (NaN and ±inf rejected with the parameter's allowed range)."""
+
+def real(name: str, value, allowed: str) -> float:
+    """A finite real number; `allowed` names the caller's range in the error (e.g. "(0, 1)")."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidParameter(name, value, f"{allowed} (a finite real number)")
     x = float(value)
@@ -18,41 +27,41 @@ def _real(name: str, value, allowed: str) -> float:
     return x
 
 
+def _interval(name: str, value, allowed: str, inside) -> float:
+    x = real(name, value, allowed)
+    if not inside(x):
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
 def finite(name: str, value) -> float:
     """x in (-inf, inf)."""
-    return _real(name, value, "(-inf, inf)")
+    return real(name, value, "(-inf, inf)")
 
 
 def positive(name: str, value) -> float:
     """x in (0, inf)."""
-    x = _real(name, value, "(0, inf)")
-    if not x > 0:
-        raise InvalidParameter(name, value, "(0, inf)")
-    return x
+    return _interval(name, value, "(0, inf)", lambda x: x > 0)
 
 
 def nonnegative(name: str, value) -> float:
-    """x in [0, inf)."""
-    x = _real(name, value, "[0, inf)")
-    if not x >= 0:
-        raise InvalidParameter(name, value, "[0, inf)")
-    return x
+    """x in [0, inf) (e.g. an ε, a μ)."""
+    return _interval(name, value, "[0, inf)", lambda x: x >= 0)
 
 
 def sampling_rate(name: str, value) -> float:
     """q in (0, 1]."""
-    x = _real(name, value, "(0, 1]")
-    if not 0 < x <= 1:
-        raise InvalidParameter(name, value, "(0, 1]")
-    return x
+    return _interval(name, value, "(0, 1]", lambda x: 0 < x <= 1)
 
 
 def open_unit(name: str, value) -> float:
-    """delta in (0, 1)."""
-    x = _real(name, value, "(0, 1)")
-    if not 0 < x < 1:
-        raise InvalidParameter(name, value, "(0, 1)")
-    return x
+    """x in (0, 1): a δ that must be positive, a confidence or significance level, a fraction."""
+    return _interval(name, value, "(0, 1)", lambda x: 0 < x < 1)
+
+
+def unit_interval(name: str, value) -> float:
+    """x in [0, 1]: a probability, or a δ where δ = 0 (pure DP) and δ = 1 are meaningful."""
+    return _interval(name, value, "[0, 1]", lambda x: 0 <= x <= 1)
 
 
 def count(name: str, value, minimum: int = 1) -> int:
@@ -68,3 +77,22 @@ def count(name: str, value, minimum: int = 1) -> int:
     if n < minimum:
         raise InvalidParameter(name, value, f"an integer >= {minimum}")
     return n
+
+
+def ordered_counts(m, r, v, *, m_name: str = "m", r_name: str = "r",
+                   v_name: str = "v") -> tuple[int, int, int]:
+    """Integers with 0 ≤ v ≤ r ≤ m and m ≥ 1 (e.g. canaries, guesses, correct guesses)."""
+    m = count(m_name, m, 1)
+    r = count(r_name, r, 0)
+    v = count(v_name, v, 0)
+    if r > m:
+        raise InvalidParameter(r_name, r, f"an integer in [0, {m_name}={m}]")
+    if v > r:
+        raise InvalidParameter(v_name, v, f"an integer in [0, {r_name}={r}]")
+    return m, r, v
+
+
+def significance(confidence: float) -> float:
+    """p = 1 − confidence of a validated confidence level, computed in decimal so that 0.95 gives exactly 0.05
+    (float subtraction gives 0.050000000000000044)."""
+    return float(Decimal(1) - Decimal(repr(float(confidence))))

@@ -7,7 +7,6 @@ callable `run_suite(seed: int | None) -> SuiteResult`.
 
 from __future__ import annotations
 
-import datetime as _dt
 import importlib
 import importlib.metadata
 import time
@@ -16,14 +15,21 @@ from pathlib import Path
 from typing import Callable
 
 from privcheck.artifacts.records import SuiteResult
-from privcheck.artifacts.report import render_markdown, render_plots
+from privcheck.artifacts.report import write_report
 from privcheck.artifacts.schema import validate
-from privcheck.artifacts.writer import dump_json, seal, write_files_atomic
+from privcheck.artifacts.writer import ArtifactDirectory, seal
 from privcheck.environment import environment
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import SEEDED_REASON
+from privcheck.serialization import utc_now
+
+__all__ = ["ARTIFACT", "BUILTIN_SUITES", "SCHEMA", "SCHEMA_ID", "SCHEMA_VERSION", "available_suites",
+           "run_verification", "write_verification"]
 
 SCHEMA_ID = "privcheck.verification/1"
 SCHEMA_VERSION = "1.1.0"
+SCHEMA = "verification"
+ARTIFACT = "verification.json"
 BUILTIN_SUITES = {"accounting": "privcheck.checks.accounting:run_suite"}
 
 
@@ -39,10 +45,6 @@ def _load(target: str) -> Callable[[int | None], SuiteResult]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def run_verification(suites: list[str] | None = None, seed: int | None = None) -> dict:
     """Run the suites and return the sealed, schema-valid artifact (nothing is written)."""
     registry = available_suites()
@@ -50,7 +52,7 @@ def run_verification(suites: list[str] | None = None, seed: int | None = None) -
     for name in names:
         if name not in registry:
             raise InvalidParameter("suite", name, "one of " + ", ".join(sorted(registry)))
-    created = _now()
+    created = utc_now()
     start = time.perf_counter()
     results = [_load(registry[name])(seed) for name in names]
     checks = [c.to_json() for r in results for c in r.checks]
@@ -61,10 +63,10 @@ def run_verification(suites: list[str] | None = None, seed: int | None = None) -
                   "privacy_release": mode == "os_entropy"}
     if mode != "os_entropy":
         randomness["note"] = "not a privacy release: " + (
-            "seeded randomness" if mode == "seeded" else "verification of fixed reference values")
+            SEEDED_REASON if mode == "seeded" else "verification of fixed reference values")
     doc = {
         "schema": SCHEMA_ID, "schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex,
-        "created_utc": created, "finished_utc": _now(), "status": "fail" if failed else "pass",
+        "created_utc": created, "finished_utc": utc_now(), "status": "fail" if failed else "pass",
         "suites": names,
         "claims": [c.to_json() for r in results for c in r.claims],
         "checks": checks,
@@ -76,15 +78,14 @@ def run_verification(suites: list[str] | None = None, seed: int | None = None) -
         "figures": {k: v for r in results for k, v in r.figures.items()},
     }
     doc = seal(doc)
-    validate(doc)
+    validate(doc, SCHEMA)
     return doc
 
 
 def write_verification(doc: dict, out: str | Path) -> Path:
-    """Write verification.json, report.md and plots into `out`; every file is rendered first."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    plots = render_plots(doc, out)
-    write_files_atomic(out, {"verification.json": dump_json(doc),
-                             "report.md": render_markdown(doc, plots).encode("utf-8")})
-    return out / "verification.json"
+    """Write verification.json, report.md and the plots into `out` together (one ArtifactDirectory: all of
+    them or none); returns the path of verification.json."""
+    with ArtifactDirectory(out) as staging:
+        write_report(doc, staging)
+        staging.write_json(ARTIFACT, doc, schema=SCHEMA)
+    return Path(out) / ARTIFACT

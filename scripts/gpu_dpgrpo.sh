@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU run of the DP-GRPO `gpu-h200` preset (spec shared/spec/dpgrpo.md §9.2) on one H200.
+# GPU run of the DP-GRPO `gpu-h200` preset (docs/dpgrpo.md, "Presets") on one H200.
 #
 # UNTESTED ON A GPU: written on a machine without one. Only the same code path at reduced shapes ran there
 # (`privcheck run dp-grpo --preset gpu-h200 --reduced --device cpu`, tests/dpgrpo/test_run.py).

@@ -1,18 +1,28 @@
 """Artifact format: schema validation, sealing, atomic writes, report rendering."""
 
 import copy
+import hashlib
 import json
 import os
 
 import jsonschema
 import pytest
 
-from privcheck.artifacts import (CheckResult, Claim, SuiteResult, canonical_json, render_markdown, seal,
-                                 sha256_of, validate, verify_seal, write_atomic)
-from privcheck.artifacts.writer import write_files_atomic
+from privcheck.artifacts import (
+    ArtifactDirectory,
+    CheckResult,
+    Claim,
+    SuiteResult,
+    canonical_json,
+    render_markdown,
+    seal,
+    sha256_of,
+    validate,
+    verify_seal,
+    write_atomic,
+)
+from privcheck.errors import InvalidParameter
 from privcheck.verify import run_verification
-
-import hashlib
 
 
 def _tiny_suite(seed=None):
@@ -99,9 +109,21 @@ def test_write_atomic_failure_keeps_old_file(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["a.json"]
 
 
-def test_write_files_atomic(tmp_path):
-    write_files_atomic(tmp_path / "out", {"x.json": b"{}", "r.md": b"# r"})
+def test_artifact_directory_writes_several_files(tmp_path):
+    with ArtifactDirectory(tmp_path / "out") as staging:
+        staging.write_bytes("x.json", b"{}")
+        staging.write_text("r.md", "# r")
     assert (tmp_path / "out" / "x.json").read_bytes() == b"{}"
+    assert (tmp_path / "out" / "r.md").read_text() == "# r"
+
+
+def test_check_result_rejects_bad_status():
+    with pytest.raises(InvalidParameter, match="status"):
+        CheckResult(name="x", suite="s", passed=True, observed=1, expected=1, tolerance=0, reference="r",
+                    status="maybe")
+    with pytest.raises(InvalidParameter, match="passed"):
+        CheckResult(name="x", suite="s", passed=True, observed=1, expected=1, tolerance=0, reference="r",
+                    status="fail")
 
 
 def test_markdown_report_lists_every_check_and_failures(tiny_doc):

@@ -21,7 +21,7 @@ def test_account_dpsgd_jax_privacy_reference(capsys):
                    "--steps", "512", "--delta", "1e-6")
     assert abs(out["epsilon"] - 3.7697) <= 1e-4          # JAX-Privacy reference (published 3.77)
     assert out["cross_check"]["accountant"] == "rdp"
-    assert abs(out["cross_check"]["epsilon"] - 4.051) <= 2e-3  # spec §5.5: 4.0510 at order 6.9
+    assert abs(out["cross_check"]["epsilon"] - 4.051) <= 2e-3  # dp-accounting 0.6.0 RDP: 4.0510 at order 6.9
 
 
 def test_account_dpsgd_table_vi_row_and_rdp(capsys):
@@ -103,7 +103,7 @@ def test_console_script_runs():
     assert json.loads(proc.stdout)["epsilon"] == 2.0
 
 
-# --- selection accountants (spec selection.md §17 reference values) ----------------------------------
+# --- selection accountants (reference values of the selection suite) ----------------------------------
 
 def test_account_privbon_nominal_and_bounded_range(capsys):
     out = run_json(capsys, "account", "privbon", "--sensitivity", "0.1", "--sigma", "0.2", "--candidates", "16",
@@ -134,7 +134,7 @@ def test_account_privitp_o3(capsys, stop, eps2):
     assert lo <= out["epsilon"] == hi
 
 
-def test_account_lebensold_o8_and_rnm(capsys):
+def test_account_gaussian_selection_o8_and_rnm(capsys):
     import math
     out = run_json(capsys, "account", "gaussian-above-threshold", "--threshold", "0.75", "--sigma-threshold", "0.3",
                    "--sigma-query", repr(math.sqrt(3) * 0.3), "--sensitivity", "1e-3", "--halting-time", "3")

@@ -1,12 +1,15 @@
-"""Prompt-level differentially private GRPO (DP-GRPO) [ZJJ, Algorithm 1].
+"""Prompt-level differentially private GRPO (DP-GRPO): Algorithm 1 of Zhao, Januszewicz & Jung, *Reward-Driven
+Learning under Prompt-Level Differential Privacy*.
 
-Guarantee (spec shared/spec/dpgrpo.md §5.1; Theorem 1 of [ZJJ]): under (A1)–(A4), Algorithm 1 is
-prompt-level (ε, δ)-DP for add/remove of one prompt slot at fixed public capacity n, where δ is given
-and ε is the PLD accountant's value at (q, σ, T) — `privcheck.accounting.epsilon_pld(q, σ, T, δ)`; σ for a
-target ε comes from `privcheck.accounting.calibrate_sigma`. This package never computes ε itself. The
-privacy profile involves neither G, C, the loss, the verifier, the learning rate nor the optimizer.
+Guarantee (Theorem 1 of the paper; docs/dpgrpo_proof.md): under (A1)–(A4), Algorithm 1 is prompt-level
+(ε, δ)-DP for add/remove of one prompt slot at fixed public capacity n, where δ is given and ε is the PLD
+accountant's value at (q, σ, T). The privacy parameters of a configuration are bound into its privacy plan,
+`DPGRPOConfig.plan` (a `privcheck.accounting.DPGRPOPlan`), and every ε this package reports is `plan.epsilon()`,
+computed by `privcheck.accounting.epsilon` from the plan's `PoissonGaussianEvent(q, σ, T)`; σ for a target ε
+comes from `DPGRPOConfig.from_target` (the accountant's calibration). This package never computes ε itself.
+The privacy profile involves neither G, C, the loss, the verifier, the learning rate nor the optimizer.
 
-Assumptions (spec §6):
+Assumptions (docs/dpgrpo.md, the assumption table):
 
 * (A1) public design — every input of Algorithm 1 (n, q, σ, C, T, G, τ, β, …) is fixed without access to the
   data; the divisor is the public q·n; no data-driven control flow.
@@ -17,7 +20,7 @@ Assumptions (spec §6):
 * (A4) exact arithmetic — the theorem certifies the real-valued mechanism, not its floating-point
   execution (documented gap).
 
-Proof: `mechanisms/dpgrpo/PROOF.md` (Lemma 1 / Theorem 1 mapped to the code and the checks); user guide: `docs/dpgrpo.md`.
+Proof: docs/dpgrpo_proof.md (Lemma 1 / Theorem 1 mapped to the code and the checks); user guide: docs/dpgrpo.md.
 
 One round (line numbers of Algorithm 1; functions of `mechanisms.dpgrpo.core`):
 
@@ -33,26 +36,46 @@ One round (line numbers of Algorithm 1; functions of `mechanisms.dpgrpo.core`):
 
 Modules: `core` (pure tensor functions), `records` (Record, SlotUniverse, RolloutGroup, GradientRecord),
 `tasks` (addition task, verifier, character tokenizer), `models` (tiny GPT-2 / tiny Qwen2 + LoRA builders),
-`config` (DPGRPOConfig), `randomness`, `rollouts` (isolated, batched, replay), `record_grads` (arms), `trainer`
-(DPTrainer), `verify` (bindings for the checks V1–V13, the `dpgrpo` suite), `audit_hooks` (canary slots'
-reserved-coordinate log), `timing` (private/non-private round time on public records), `presets`, `pretrain`,
-`evaluation`, `run` (end-to-end runs and the run/compare artifacts), `cli` (`privcheck run dp-grpo`).
+`config` (DPGRPOConfig and its privacy plan), `randomness` (TorchRandomness, the torch backend of
+`privcheck.randomness.RandomnessPolicy`), `rollouts` (isolated, batched, replay), `record_grads` (arms),
+`trainer` (DPTrainer), `verify` (bindings for the checks V1–V13, the `dpgrpo` suite), `audit_hooks` (canary
+slots' reserved-coordinate log), `timing` (private/non-private round time on public records), `presets`,
+`pretrain`, `evaluation`; end-to-end runs: `run_setup` (validated inputs), `run_inputs` (models, prompts,
+records, hashes), `run_arm` (one arm), `run_artifact` (the run artifact), `run_compare` (compare artifact,
+report, plots), `run` (the entry point); `cli` (`privcheck run dp-grpo`).
 """
 
-from mechanisms.dpgrpo.core import (ParamSpace, clip_flat, completion_mask, flatten_grads, group_advantages,
-                                    k3_kl, poisson_coins, privatize, prompt_loss, unflatten_into)
-from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
-
-__all__ = [
-    "GradientRecord", "ParamSpace", "Record", "RolloutGroup", "SlotUniverse", "clip_flat", "completion_mask",
-    "flatten_grads", "group_advantages", "k3_kl", "poisson_coins", "privatize", "prompt_loss", "unflatten_into",
-]
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.randomness import Randomness, make_randomness
-from mechanisms.dpgrpo.record_grads import (FilteredSFT, GoldSFT, GRPOGradient, RecordGrad, RecordGradient,
-                                            StepContext, ZeroAdvantage)
+from mechanisms.dpgrpo.core import (
+                                    ParamSpace,
+                                    clip_flat,
+                                    completion_mask,
+                                    flatten_grads,
+                                    group_advantages,
+                                    k3_kl,
+                                    poisson_coins,
+                                    privatize,
+                                    prompt_loss,
+                                    unflatten_into,
+)
+from mechanisms.dpgrpo.randomness import TorchRandomness, make_randomness
+from mechanisms.dpgrpo.record_grads import (
+                                    FilteredSFT,
+                                    GoldSFT,
+                                    GRPOGradient,
+                                    RecordGrad,
+                                    RecordGradient,
+                                    StepContext,
+                                    ZeroAdvantage,
+)
+from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, Replay, token_logprobs
 from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
-__all__ += ["BatchedHF", "DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "IsolatedHF", "Randomness",
-            "RecordGrad", "RecordGradient", "Replay", "StepContext", "VerifierError", "ZeroAdvantage",
-            "make_randomness", "token_logprobs"]
+
+__all__ = [
+    "BatchedHF", "DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "GradientRecord",
+    "IsolatedHF", "ParamSpace", "Record", "RecordGrad", "RecordGradient", "Replay", "RolloutGroup", "SlotUniverse",
+    "StepContext", "TorchRandomness", "VerifierError", "ZeroAdvantage", "clip_flat", "completion_mask",
+    "flatten_grads", "group_advantages", "k3_kl", "make_randomness", "poisson_coins", "privatize", "prompt_loss",
+    "token_logprobs", "unflatten_into",
+]

@@ -1,4 +1,4 @@
-"""Canary audit hooks of the DP-GRPO trainer (spec shared/spec/dpgrpo.md §11).
+"""Canary audit hooks of the DP-GRPO trainer (docs/audits.md describes the audits that read them).
 
 `AuditHooks(reserved, log_path, mask_reserved_for_real_records=False)` makes `DPTrainer` append, every round,
 one JSON line to the auditor's private log:
@@ -24,25 +24,17 @@ written as the strings "nan", "inf", "-inf".
 from __future__ import annotations
 
 import json
-import math
 import os
 import stat
 
 import torch
 
 from privcheck.errors import InvalidParameter
+from privcheck.serialization import jsonable
+
+__all__ = ["LOG_MODE", "AuditHooks", "read_log"]
 
 LOG_MODE = 0o600
-
-
-def _jsonable(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    return x
 
 
 class AuditHooks:
@@ -87,7 +79,7 @@ class AuditHooks:
     # ---------------------------------------------------------------------------------- private log
 
     def _append(self, obj: dict) -> None:
-        line = (json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        line = (json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         fd = os.open(self.log_path, flags, LOG_MODE)
         try:

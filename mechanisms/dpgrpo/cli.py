@@ -11,29 +11,30 @@ torch and the trainer are imported lazily by the handler, so `privcheck --help` 
 
 from __future__ import annotations
 
-from privcheck.cli import _integer as _int, _number as _float
+from privcheck.cli_args import integer, number
 
+__all__ = ["cmd_run_dpgrpo", "register"]
 
 
 
 def register(verbs: dict, common) -> None:
     """Add `run dp-grpo` (heavy dependencies are imported lazily by the handler)."""
     r = verbs["run"].add_parser("dp-grpo", parents=[common],
-                                help="DP-GRPO end to end: public pretraining, private training, evaluation (§9)")
+                                help="DP-GRPO end to end: public pretraining, private training, evaluation")
     r.add_argument("--preset", required=True, metavar="{tiny-cpu,gpu-h200}", help="run configuration")
     r.add_argument("--out", required=True, help="output directory (run artifacts, compare.json, report.md)")
     seeds = r.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=_int, nargs="+", default=None, metavar="S",
+    seeds.add_argument("--seeds", type=integer, nargs="+", default=None, metavar="S",
                        help="seeded replicates (reproducible; never a privacy release)")
-    seeds.add_argument("--seed", type=_int, default=None, help="one seeded replicate")
+    seeds.add_argument("--seed", type=integer, default=None, help="one seeded replicate")
     r.add_argument("--arms", nargs="+", default=None, metavar="ARM",
                    help="arms (default dp_grpo zero_advantage; also dp_sft_filtered, dp_sft_gold, "
                         "nonprivate_reference)")
-    r.add_argument("--model", default=None, metavar="PATH", help="local weights directory or .gguf file (§9.3)")
+    r.add_argument("--model", default=None, metavar="PATH", help="local weights directory or .gguf file")
     r.add_argument("--device", default=None, metavar="{cpu,cuda}", help="torch device (default: the preset's)")
     r.add_argument("--reduced", action="store_true", help="the preset's reduced shapes (same code path)")
-    r.add_argument("--time-limit-s", type=_float, default=None, help="wall-clock guard for the whole invocation")
-    r.add_argument("--rounds", type=_int, default=None, metavar="T",
+    r.add_argument("--time-limit-s", type=number, default=None, help="wall-clock guard for the whole invocation")
+    r.add_argument("--rounds", type=integer, default=None, metavar="T",
                    help="override the public round count T (σ is recalibrated)")
     r.add_argument("--skip-verification", action="store_true",
                    help="do not run the float64 dpgrpo suite (recorded as skipped; blocks a privacy release)")
@@ -43,9 +44,9 @@ def register(verbs: dict, common) -> None:
 
 def cmd_run_dpgrpo(args) -> int:
     """Handler: run, write DIR, print a summary; 0 complete, 1 incomplete (2 via InvalidParameter)."""
+    from mechanisms.dpgrpo.run import run_dpgrpo
+    from mechanisms.dpgrpo.run_setup import DEFAULT_ARMS
     from privcheck.cli import emit
-
-    from mechanisms.dpgrpo.run import DEFAULT_ARMS, run_dpgrpo
 
     overrides = {"T": args.rounds} if args.rounds is not None else None
     outcome = run_dpgrpo(args.preset, out=args.out, arms=args.arms or DEFAULT_ARMS, seeds=args.seeds, seed=args.seed,

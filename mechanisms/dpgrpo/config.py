@@ -1,27 +1,40 @@
-"""Public configuration of Algorithm 1 (spec shared/spec/dpgrpo.md §3.1).
+"""Public configuration of Algorithm 1: `DPGRPOConfig`, and its privacy plan (docs/dpgrpo.md, "Privacy plan").
 
 `DPGRPOConfig` is a frozen dataclass validated at construction: every invalid value raises `InvalidParameter`
-naming the parameter, before anything is read or written. `sha256()` hashes its canonical JSON (sorted keys,
-floats at `repr` precision, ±inf as strings) and goes into the run artifact before the run starts.
+naming the parameter, before anything is read or written. `sha256()` hashes its canonical JSON
+(`privcheck.serialization.canonical_json`: sorted keys, floats at `repr` precision, ±inf as strings) and goes
+into the run artifact before the run starts.
 
-σ is stored at full precision. `DPGRPOConfig.from_target(...)` calibrates σ with
-`privcheck.accounting.calibrate_sigma` and stores the calibration record (bracket, achieved ε) alongside; this
-module never computes ε itself.
+Privacy parameters and training settings are kept apart. The privacy parameters (`PRIVACY_FIELDS`: n, m with
+q = m/n, T, σ, C, δ, the target ε and the calibration) are bound into `config.plan`, a
+`privcheck.accounting.DPGRPOPlan`, whose ε is always computed from its own event
+(`PoissonGaussianEvent(q, σ, T)`, add/remove one prompt group); everything else (group size, sampling
+temperature, LoRA shape, optimizer, chunking, rollout mode, precision, randomness, arm) is a training or
+performance setting that the guarantee does not depend on (`training_settings()`). The non-private arm and check
+mode (σ = 0) have no plan: `config.plan is None` and nothing is claimed.
+
+`calibration` is either None or the `privcheck.accounting.Calibration` of this very plan (same event and δ);
+anything else (a mapping carrying an ε, a calibration for other parameters) is refused with
+`privcheck.errors.CalibrationMismatch`. `DPGRPOConfig.from_target(...)` calibrates σ for a target ε through the
+plan (`DPGRPOPlan.from_target`, which never overshoots). `replace()` of a privacy parameter drops a calibration
+that no longer matches (or, with `recalibrate=True`, calibrates σ again for the target ε), so a config never
+carries a stale ε. This module never computes ε itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import numbers
-import types
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from privcheck import validation as val
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CalibrationMismatch, InvalidParameter
+from privcheck.serialization import canonical_json, jsonable
+
+__all__ = ["ARMS", "DEFAULT_RECORD_GRADIENTS", "DPGRPOConfig", "NONPRIVATE_ARM", "OPTIMIZERS", "PRECISIONS",
+           "PRIVACY_FIELDS", "RECORD_GRADIENTS", "ROLLOUT_MODES"]
 
 ARMS = ("dp_grpo", "zero_advantage", "dp_sft_filtered", "dp_sft_gold", "nonprivate_reference")
 RECORD_GRADIENTS = ("grpo", "zero_advantage", "sft_filtered", "sft_gold")
@@ -29,31 +42,20 @@ ROLLOUT_MODES = ("isolated", "batched", "replay")
 OPTIMIZERS = ("adamw", "sgd")
 PRECISIONS = ("float32", "float64")
 NONPRIVATE_ARM = "nonprivate_reference"
-_DEFAULT_RG = {"dp_grpo": "grpo", "zero_advantage": "zero_advantage", "dp_sft_filtered": "sft_filtered",
-               "dp_sft_gold": "sft_gold", "nonprivate_reference": "grpo"}
+DEFAULT_RECORD_GRADIENTS = {"dp_grpo": "grpo", "zero_advantage": "zero_advantage", "dp_sft_filtered": "sft_filtered",
+                            "dp_sft_gold": "sft_gold", "nonprivate_reference": "grpo"}
+# The fields the privacy guarantee depends on; every other field is a training or performance setting.
+PRIVACY_FIELDS = ("n", "m", "T", "sigma", "C", "delta", "target_epsilon", "calibration")
 
 
 def _is_real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def _canonical(value):
-    """JSON-able canonical form: floats keep repr precision, ±inf/NaN become strings."""
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    return value
-
-
-def _freeze(value):
-    if isinstance(value, Mapping):
-        return types.MappingProxyType({str(k): _freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
+def _calibration_json(cal) -> dict:
+    # The wall time of the calibration is not a public parameter and would make the hash differ between
+    # processes that calibrate the same configuration.
+    return {k: v for k, v in jsonable(cal.to_json()).items() if k != "wall_time_s"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class DPGRPOConfig:
     arm: str = "dp_grpo"
     record_gradient: str | None = None
     check_mode: bool = False
-    calibration: Mapping | None = field(default=None, compare=False)
+    calibration: object = field(default=None, compare=False)   # privcheck.accounting.Calibration | None
 
     def __post_init__(self):
         s = object.__setattr__
@@ -165,16 +167,39 @@ class DPGRPOConfig:
         r = self.randomness
         if not (r == "os_entropy" or (isinstance(r, numbers.Integral) and not isinstance(r, bool) and r >= 0)):
             raise InvalidParameter("randomness", r, "'os_entropy' or a non-negative int seed (seeded mode)")
-        rg = self.record_gradient if self.record_gradient is not None else _DEFAULT_RG[self.arm]
+        rg = self.record_gradient if self.record_gradient is not None else DEFAULT_RECORD_GRADIENTS[self.arm]
         if rg not in RECORD_GRADIENTS:
             raise InvalidParameter("record_gradient", rg, f"one of {RECORD_GRADIENTS}")
         s(self, "record_gradient", rg)
-        if self.calibration is not None:
-            if not isinstance(self.calibration, Mapping):
-                raise InvalidParameter("calibration", type(self.calibration).__name__, "None or a mapping")
-            s(self, "calibration", _freeze(dict(self.calibration)))
+        s(self, "_plan", self._build_plan())
+
+    def _build_plan(self):
+        """The privacy plan of the public privacy parameters (None without noise); checks the calibration."""
+        from privcheck.accounting import Calibration, DPGRPOPlan
+
+        cal = self.calibration
+        if cal is not None and not isinstance(cal, Calibration):
+            raise CalibrationMismatch(
+                f"calibration must be the privcheck.accounting.Calibration of this configuration's plan (from "
+                f"DPGRPOConfig.from_target), not {type(cal).__name__}: a stated epsilon cannot be checked")
+        if self.sigma == 0:
+            if cal is not None:
+                raise CalibrationMismatch("a configuration without noise (sigma = 0) has no privacy plan, so it "
+                                          "cannot carry a calibration")
+            return None
+        if cal is not None and self.target_epsilon is not None and cal.target_epsilon != self.target_epsilon:
+            raise CalibrationMismatch(f"calibration was computed for target epsilon {cal.target_epsilon!r}, "
+                                      f"but the configuration's target is {self.target_epsilon!r}")
+        # The plan refuses a calibration whose event (q, σ, T) or δ differ from its own (CalibrationMismatch).
+        return DPGRPOPlan(records=self.n, sampling_rate=self.q, noise_multiplier=self.sigma, clip_norm=self.C,
+                          steps=self.T, delta=self.delta, calibration=cal)
 
     # ------------------------------------------------------------------ derived public values
+
+    @property
+    def plan(self):
+        """The `privcheck.accounting.DPGRPOPlan` of the privacy parameters; None for σ = 0 (no privacy claim)."""
+        return self._plan
 
     @property
     def q(self) -> float:
@@ -195,41 +220,63 @@ class DPGRPOConfig:
     def seeded(self) -> bool:
         return self.randomness != "os_entropy"
 
+    def training_settings(self) -> dict:
+        """The fields the privacy guarantee does not depend on (training and performance settings)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in PRIVACY_FIELDS}
+
     # ------------------------------------------------------------------ serialisation
 
     def to_json(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["calibration"] = None if self.calibration is None else _thaw(self.calibration)
-        return _canonical(d)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "calibration"}
+        d["calibration"] = None if self.calibration is None else _calibration_json(self.calibration)
+        return jsonable(d)
 
     def canonical_json(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return canonical_json(self.to_json()).decode("utf-8")
 
     def sha256(self) -> str:
         """sha256 hex digest of the canonical JSON (stable across processes and dict orders)."""
-        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+        return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 
-    def replace(self, **changes) -> "DPGRPOConfig":
-        return dataclasses.replace(self, **changes)
+    # ------------------------------------------------------------------ construction
+
+    def replace(self, *, recalibrate: bool = False, **changes) -> "DPGRPOConfig":
+        """A new config with `changes`. A calibration is kept only while it still belongs to the new plan (same
+        event and δ); otherwise it is dropped, so ε is recomputed from the new parameters, or, with
+        `recalibrate=True`, σ is calibrated again for the (new) target ε. A `calibration` passed explicitly is
+        checked like any other."""
+        if "calibration" in changes:
+            if recalibrate:
+                raise InvalidParameter("recalibrate", recalibrate, "False when a calibration is passed")
+            return dataclasses.replace(self, **changes)
+        if recalibrate:
+            if "sigma" in changes:
+                raise InvalidParameter("recalibrate", recalibrate, "False when sigma is passed")
+            new = dataclasses.replace(self, sigma=self.sigma or 1.0, calibration=None, **changes)
+            return type(self).from_target(**{**{f.name: getattr(new, f.name) for f in dataclasses.fields(new)
+                                                 if f.name not in ("sigma", "calibration")}})
+        new = dataclasses.replace(self, calibration=None, **changes)
+        cal = self.calibration
+        if cal is not None and new.plan is not None and cal.event == new.plan.event and cal.delta == new.delta \
+                and cal.target_epsilon == (new.target_epsilon or cal.target_epsilon):
+            return dataclasses.replace(new, calibration=cal)
+        return new
 
     @classmethod
     def from_target(cls, *, n, m, T, target_epsilon, C, delta=None, **kwargs) -> "DPGRPOConfig":
-        """Calibrate σ with `privcheck.accounting.calibrate_sigma(q, T, δ, ε)` and store it at full precision,
-        with the calibration record (bracket, achieved ε, library versions)."""
-        from privcheck.accounting import calibrate_sigma
+        """σ calibrated for `target_epsilon` at the public (q, T, δ) by `DPGRPOPlan.from_target` (the accountant's
+        calibration, never overshooting, cached per configuration), stored at full precision together with its
+        `Calibration`."""
+        from privcheck.accounting import DPGRPOPlan
 
+        if "sigma" in kwargs or "calibration" in kwargs:
+            name = "sigma" if "sigma" in kwargs else "calibration"
+            raise InvalidParameter(name, kwargs[name], "not given: from_target calibrates sigma")
         probe = cls(n=n, m=m, T=T, sigma=1.0, C=C, delta=delta, target_epsilon=target_epsilon, **kwargs)
         if probe.arm == NONPRIVATE_ARM:
             raise InvalidParameter("arm", probe.arm, "a private arm (from_target calibrates sigma)")
         if probe.target_epsilon is None:
             raise InvalidParameter("target_epsilon", target_epsilon, "(0, inf)")
-        cal = calibrate_sigma(probe.q, probe.T, probe.delta, probe.target_epsilon)
-        return dataclasses.replace(probe, sigma=float(cal.value), calibration=cal.to_json())
-
-
-def _thaw(value):
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
-    return value
+        plan = DPGRPOPlan.from_target(records=probe.n, sampling_rate=probe.q, clip_norm=probe.C, steps=probe.T,
+                                      delta=probe.delta, target_epsilon=probe.target_epsilon)
+        return dataclasses.replace(probe, sigma=plan.noise_multiplier, calibration=plan.calibration)

@@ -1,4 +1,4 @@
-"""Pure tensor functions of Algorithm 1 (spec shared/spec/dpgrpo.md §2–§3.2).
+"""Pure tensor functions of Algorithm 1 (docs/dpgrpo.md; the proof steps they carry: docs/dpgrpo_proof.md).
 
 Every function validates its public constants and raises `InvalidParameter` naming the parameter. Private
 values (rewards, log-probabilities, gradients) are never a reason to raise: non-finite gradients are mapped
@@ -16,6 +16,9 @@ import torch
 
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+
+__all__ = ["DEFAULT_C_ADV", "ParamSpace", "clip_flat", "completion_mask", "flatten_grads", "group_advantages", "k3_kl",
+           "poisson_coins", "privatize", "prompt_loss", "unflatten_into"]
 
 DEFAULT_C_ADV = 1e-4  # c of eq. (2)
 
@@ -58,8 +61,8 @@ def group_advantages(rewards, c=DEFAULT_C_ADV) -> torch.Tensor:
     """Algorithm 1, line 6 (advantages), eq. (2): A_g = (r_g − μ) / (s + c) for one prompt's group.
 
     μ is the group mean and s the sample standard deviation with the G − 1 denominator, computed in float64
-    from this prompt's own G rewards only (no cross-prompt statistic, §2.5). Requires G ≥ 2 and c > 0. A
-    constant group (all rewards equal) gives exactly 0. Returns a float64 Tensor[G].
+    from this prompt's own G rewards only (no statistic shared across prompts, which would break (A2)). Requires
+    G ≥ 2 and c > 0. A constant group (all rewards equal) gives exactly 0. Returns a float64 Tensor[G].
     """
     rewards = _tensor("rewards", rewards, ndim=1)
     if rewards.dtype == torch.bool or rewards.is_complex():
@@ -152,7 +155,7 @@ def prompt_loss(logp, ref_logp, mask, advantages, beta, rollout_slice=None) -> t
 
 
 def completion_mask(token_ids, eos_id) -> torch.Tensor:
-    """Algorithm 1, lines 4–6 (§2.3): m_{g,k} = 1 up to and including the first EOS, 0 after it.
+    """Algorithm 1, lines 4–6: m_{g,k} = 1 up to and including the first EOS, 0 after it.
 
     Rows without EOS count all L_max positions. Returns an int64 Tensor[G, L_max] of 0/1.
     """

@@ -1,4 +1,4 @@
-"""Sampled accuracy of a released checkpoint on public evaluation prompts (spec §1.2, §9.1).
+"""Sampled accuracy of a released checkpoint on public evaluation prompts (docs/dpgrpo.md, "End-to-end runs").
 
 Guarantees: the metric is the mean verifier reward over `samples` completions per public prompt, drawn by
 plain tempered sampling at τ (top_k = 0, top_p = 1, at most L_max new tokens: the sampling law of the
@@ -15,14 +15,14 @@ verifier failures on evaluation outputs count as reward 0.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, encode_prompt
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import entropy_seed
 
-from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, encode_prompt
+__all__ = ["Evaluator"]
 
 
 class Evaluator:
@@ -42,8 +42,7 @@ class Evaluator:
         self.max_rows = val.count("max_rows", max_rows)
         self._sampler = IsolatedHF(tokenizer, G=self.samples, tau=tau, L_max=L_max, max_prompt_len=max_prompt_len)
         self.seeded = seed is not None
-        self._seed = val.count("eval_seed", seed, minimum=0) if seed is not None else \
-            int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+        self._seed = val.count("eval_seed", seed, minimum=0) if seed is not None else entropy_seed()
 
     def describe(self) -> dict:
         """Public description (the seed only when it was given, i.e. in seeded runs)."""

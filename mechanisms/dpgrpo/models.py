@@ -3,8 +3,8 @@
 `build_tiny_policy(seed, dtype)` returns a PEFT model whose only trainable tensors are the LoRA matrices on
 the attention projections (`attn.c_attn`, `attn.c_proj`); `model.disable_adapter()` gives the reference
 policy π_ref (the public base). GPT-2 uses LayerNorm and all dropouts are 0, so float64 checks are exact
-(spec §12 item 15). PEFT's default init sets B = 0, so a fresh policy equals π_ref; `perturb_lora_` moves
-LoRA off the reference for checks.
+(they need zero dropout and a LayerNorm model). PEFT's default init sets B = 0, so a fresh policy equals π_ref;
+`perturb_lora_` moves LoRA off the reference for checks.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import GPT2Config, GPT2LMHeadModel, Qwen2Config, Qwen2ForCausalLM
 
+from mechanisms.dpgrpo.tasks import CharTokenizer
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-from mechanisms.dpgrpo.tasks import CharTokenizer
+__all__ = ["LORA_TARGETS", "QWEN2_LORA_TARGETS", "build_tiny_base", "build_tiny_policy", "build_tiny_qwen2_policy",
+           "perturb_lora_", "tiny_config", "tiny_qwen2_config"]
 
 LORA_TARGETS = ("attn.c_attn", "attn.c_proj")
 QWEN2_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -78,7 +80,7 @@ def perturb_lora_(model, std, seed) -> None:
 
 
 def tiny_qwen2_config(tokenizer: CharTokenizer | None = None, max_positions: int = 64) -> Qwen2Config:
-    """Qwen2 config of spec §9.1: 2 layers, hidden 64, intermediate 128, 4 heads, 2 KV heads, tied embeddings,
+    """Qwen2 config of the tiny-cpu preset: 2 layers, hidden 64, intermediate 128, 4 heads, 2 KV heads, tied embeddings,
     attention dropout 0. RMSNorm computes in float32, so this model is for float32/bfloat16 runs, not the
     float64 identity checks (those use the GPT-2 above)."""
     tok = tokenizer or CharTokenizer()

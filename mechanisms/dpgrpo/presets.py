@@ -1,18 +1,21 @@
-"""Named, frozen, fully public configurations of end-to-end DP-GRPO runs (spec shared/spec/dpgrpo.md §9).
+"""Named, frozen, fully public configurations of end-to-end DP-GRPO runs (docs/dpgrpo.md, "Presets").
 
 Guarantees: every field of a `Preset` is a public constant fixed before any private record is read (A1); a
 preset is frozen and validated at construction; `preset.reduced()` keeps the code path (model family,
 precision policy, rollout mode, chunking, task, verifier, artifact format) and shrinks only shapes and counts.
-σ is either calibrated with `privcheck.accounting` through `DPGRPOConfig.from_target` (cached per
-configuration, so the accountant runs once per process) or precomputed with its calibration record.
+σ is either calibrated through `DPGRPOConfig.from_target` (the privacy plan's calibration, cached per
+configuration, so the accountant runs once per process) or precomputed. A precomputed σ is stored with its
+calibration bracket and never with an ε: the ε of every run is its plan's, recomputed from the event
+(`PoissonGaussianEvent(q, σ, T)`), and `tests/dpgrpo/test_plan_binding.py` checks that the accountant's
+calibration still returns the stored σ. `Preset.replace` drops a precomputed σ whenever (q, T, δ, target ε)
+change, so σ is then calibrated again for the new parameters.
 
-* `tiny-cpu` (§9.1): tiny Qwen2 (2 layers, hidden 64, fp32, character tokenizer), public SFT pretraining,
+* `tiny-cpu`: tiny Qwen2 (2 layers, hidden 64, fp32, character tokenizer), public SFT pretraining,
   single-digit addition with the strict verifier, n = 100, q = 0.25, G = 4, τ = 0.7, L_max = 6, β = 0.04, C = 1,
-  δ = 1e-3, ε = 8. Knobs changed from the spec after measuring (docs snippet, /work/notes/h1_docs.md): T = 30
-  (σ = 0.9095950) instead of 60, AdamW lr 5e-3 instead of 1e-2, pretraining lr 3e-3 with batch 64. They were
-  tuned on a separate synthetic record set (seed TUNING_RECORDS_SEED) and the public evaluation prompts, never on
-  the preset's own records.
-* `gpu-h200` (§9.2): randomly initialised Qwen2 at 0.5B shapes, bf16 base (LoRA, gradients, clip, noise and
+  δ = 1e-3, ε = 8, T = 30 (σ = 0.9095950), AdamW lr 5e-3, pretraining lr 3e-3 with batch 64. T, lr and the
+  pretraining knobs were chosen after measuring (docs/dpgrpo.md explains the choice) on a separate synthetic
+  record set (seed TUNING_RECORDS_SEED) and the public evaluation prompts, never on the preset's own records.
+* `gpu-h200`: randomly initialised Qwen2 at 0.5B shapes, bf16 base (LoRA, gradients, clip, noise and
   AdamW in fp32), 64-token prompts of public random token ids, the shape-only parity verifier, n = 512, m = 32,
   G = 8, L_max = 128, T = 8, chunk 4, δ = 1/5120, σ precomputed, batched rollouts when available, wall-clock guard.
 
@@ -23,7 +26,6 @@ downloaded (`--model PATH` loads local weights only).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import random
@@ -31,6 +33,12 @@ from dataclasses import dataclass, field
 
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.serialization import canonical_json
+
+__all__ = ["BASE_DTYPES", "GPU_H200", "GPU_SIGMA", "GPU_SIGMA_BRACKET", "GPU_SIGMA_SOURCE",
+           "PARITY_PUBLIC_EXAMPLES_TEXT", "PRESETS", "QWEN2_LORA_TARGETS", "TASKS", "TINY_CPU", "TUNING_RECORDS_SEED",
+           "IdTokenizer", "ModelSpec", "Preset", "config_for", "first_token_even", "get_preset",
+           "parity_public_examples", "random_id_prompts"]
 
 QWEN2_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BASE_DTYPES = ("float32", "bfloat16")
@@ -161,7 +169,8 @@ class ModelSpec:
 @dataclass(frozen=True)
 class Preset:
     """Every public input of a run. `sigma=None` → calibrated for (q, T, δ, ε); else precomputed, with
-    `calibration` holding its record. `pretrain_steps = 0` → no public pretraining."""
+    `sigma_bracket` (the calibration's (unsafe, safe) bracket of σ) and `sigma_source` saying how it was
+    obtained. `pretrain_steps = 0` → no public pretraining."""
 
     name: str
     task: str
@@ -188,7 +197,8 @@ class Preset:
     chunk_size: int | None = None
     rollout_mode: str = "isolated"
     sigma: float | None = None
-    calibration: dict | None = field(default=None, compare=False, hash=False)
+    sigma_bracket: tuple | None = None
+    sigma_source: str | None = None
     prompt_tokens: int = 4
     init_seed: int = 0             # public model-init seed (a seeded run adds its seed)
     pretrain_seed: int = 1000      # public pretraining-data seed (a seeded run adds its seed)
@@ -198,7 +208,8 @@ class Preset:
     device: str = "cpu"
     cpu_threads: int | None = 1    # torch CPU threads for the run (tiny models gain nothing from more)
     is_reduced: bool = False
-    tuning_on_private_data: object = False   # True / False / "unknown" (spec §5.4), recorded in the artifact
+    tuning_on_private_data: object = False   # True / False / "unknown": tuning on the private records is outside
+                                             # the budget, so the artifact declares it
     tuning_note: str = "no tuning"
     reduced_overrides: dict | None = field(default=None, compare=False, hash=False)
 
@@ -218,6 +229,13 @@ class Preset:
         val.open_unit("delta", self.delta)
         if self.sigma is not None:
             val.positive("sigma", self.sigma)
+        if self.sigma is None and (self.sigma_bracket is not None or self.sigma_source is not None):
+            raise InvalidParameter("sigma_bracket", self.sigma_bracket, "None when sigma is calibrated (sigma=None)")
+        if self.sigma_bracket is not None:
+            bracket = tuple(val.positive("sigma_bracket", b) for b in self.sigma_bracket)
+            if len(bracket) != 2 or not bracket[0] < bracket[1] == self.sigma:
+                raise InvalidParameter("sigma_bracket", self.sigma_bracket, "(unsafe σ, safe σ = sigma)")
+            object.__setattr__(self, "sigma_bracket", bracket)
         if self.task == "addition" and self.eval_prompts > 100:
             raise InvalidParameter("eval_prompts", self.eval_prompts, "at most 100 (single-digit pairs)")
         if self.time_limit_s is not None:
@@ -232,8 +250,16 @@ class Preset:
     def q(self) -> float:
         return self.m / self.n
 
+    def _privacy_key(self) -> tuple:
+        return (self.q, self.T, self.delta, self.target_epsilon)
+
     def replace(self, **changes) -> "Preset":
-        return dataclasses.replace(self, **changes)
+        """A new preset with `changes`; a precomputed σ belongs to the old (q, T, δ, ε) and is dropped (σ is
+        then calibrated) when they change, unless the change sets `sigma` itself."""
+        out = dataclasses.replace(self, **changes)
+        if out.sigma is not None and "sigma" not in changes and out._privacy_key() != self._privacy_key():
+            out = dataclasses.replace(out, sigma=None, sigma_bracket=None, sigma_source=None)
+        return out
 
     def reduced(self) -> "Preset":
         """The same code path at small shapes (CPU tests); σ stays valid only if (q, T, δ) are unchanged, so a
@@ -244,8 +270,8 @@ class Preset:
         model_changes = changes.pop("model", {})
         out = dataclasses.replace(self, model=dataclasses.replace(self.model, **model_changes), is_reduced=True,
                                   reduced_overrides=None, **changes)
-        if (out.q, out.T, out.delta, out.target_epsilon) != (self.q, self.T, self.delta, self.target_epsilon):
-            out = dataclasses.replace(out, sigma=None, calibration=None)
+        if out._privacy_key() != self._privacy_key():
+            out = dataclasses.replace(out, sigma=None, sigma_bracket=None, sigma_source=None)
         return out
 
     def config_kwargs(self) -> dict:
@@ -258,34 +284,25 @@ class Preset:
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-             if f.name not in ("model", "calibration", "reduced_overrides")}
+             if f.name not in ("model", "reduced_overrides")}
         d["model"] = self.model.to_json()
         return json.loads(json.dumps(d))
 
     def sha256(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=64)
-def _calibrated(n, m, T, C, delta, target_epsilon):
-    """(σ, calibration record) for (q, T, δ, ε): `DPGRPOConfig.from_target` once per configuration."""
-    from mechanisms.dpgrpo.config import DPGRPOConfig
-    cfg = DPGRPOConfig.from_target(n=n, m=m, T=T, target_epsilon=target_epsilon, C=C, delta=delta)
-    return cfg.sigma, cfg.to_json()["calibration"]
+        """sha256 of the canonical JSON of `to_json()`."""
+        return hashlib.sha256(canonical_json(self.to_json())).hexdigest()
 
 
 def config_for(preset: Preset, *, arm: str, randomness, rollout_mode: str | None = None):
-    """The frozen `DPGRPOConfig` of one arm of `preset` (σ calibrated once per configuration, or precomputed)."""
+    """The frozen `DPGRPOConfig` of one arm of `preset`: σ calibrated by `DPGRPOConfig.from_target` (cached per
+    configuration by the accountant), or the precomputed σ, whose ε the config's plan computes from its event."""
     from mechanisms.dpgrpo.config import DPGRPOConfig
     kwargs = preset.config_kwargs()
     if rollout_mode is not None:
         kwargs["rollout_mode"] = rollout_mode
     if preset.sigma is None:
-        sigma, calibration = _calibrated(preset.n, preset.m, preset.T, preset.C, preset.delta,
-                                         preset.target_epsilon)
-    else:
-        sigma, calibration = preset.sigma, preset.calibration
-    return DPGRPOConfig(sigma=sigma, calibration=calibration, arm=arm, randomness=randomness, **kwargs)
+        return DPGRPOConfig.from_target(arm=arm, randomness=randomness, **kwargs)
+    return DPGRPOConfig(sigma=preset.sigma, arm=arm, randomness=randomness, **kwargs)
 
 
 _TINY_MODEL = ModelSpec(vocab_size=14, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -301,16 +318,14 @@ TINY_CPU = Preset(
     reduced_overrides={"n": 16, "m": 4, "eval_prompts": 20, "eval_samples": 4, "eval_every": 10,
                        "pretrain_steps": 20})
 
-# σ for (q = 1/16, T = 8, δ = 1/5120, ε = 8), from privcheck.accounting.calibrate_sigma (dp-accounting 0.6.0,
-# PLD interval 1e-4, pessimistic, connect-the-dots): bracket below, achieved ε 7.99998192078462. The spec
-# quotes 0.4579733; both give ε ≤ 8. Stored so the GPU host needs no calibration; the run re-evaluates ε.
+# σ for (q = 1/16, T = 8, δ = 1/5120, ε = 8), precomputed by the accountant's calibration
+# (`DPGRPOConfig.from_target`, dp-accounting 0.6.0, PLD interval 1e-4, σ tolerance 1e-6), so that the GPU host
+# needs no calibration. The bracket's lower end is the largest σ found whose ε exceeds 8. No ε is stored: the
+# plan of every run recomputes it from (q, σ, T, δ), and a test checks that the calibration still returns σ.
 GPU_SIGMA = 0.45797364379472044
-GPU_CALIBRATION = {
-    "parameter": "noise_multiplier", "value": GPU_SIGMA, "bracket": [0.45797274379472047, GPU_SIGMA],
-    "target_epsilon": 8.0, "epsilon": 7.99998192078462,
-    "inputs": {"sampling_rate": 0.0625, "steps": 8, "delta": 1 / 5120, "interval": 1e-4, "coarse": 1e-3,
-               "sigma_tol": 1e-6},
-    "libraries": {"dp-accounting": "0.6.0"}, "source": "precomputed (privcheck.accounting.calibrate_sigma)"}
+GPU_SIGMA_BRACKET = (0.45797274379472047, GPU_SIGMA)
+GPU_SIGMA_SOURCE = "precomputed by DPGRPOConfig.from_target (calibration for target epsilon 8); epsilon " \
+                   "recomputed from the plan's event"
 
 _QWEN2_05B = ModelSpec(vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
                        intermediate_size=4864, max_positions=32768, base_dtype="bfloat16",
@@ -320,8 +335,8 @@ GPU_H200 = Preset(
     name="gpu-h200", task="parity", model=_QWEN2_05B, n=512, m=32, T=8, G=8, tau=0.7, L_max=128, beta=0.04,
     lr=1e-2, C=1.0, delta=1 / 5120, target_epsilon=8.0, max_prompt_len=64, pretrain_steps=0, pretrain_lr=1e-3,
     pretrain_batch=1, eval_prompts=64, eval_samples=8, eval_every=4, chunk_size=4, rollout_mode="batched",
-    sigma=GPU_SIGMA, calibration=GPU_CALIBRATION, prompt_tokens=64, time_limit_s=420.0, device="cuda",
-    cpu_threads=None,
+    sigma=GPU_SIGMA, sigma_bracket=GPU_SIGMA_BRACKET, sigma_source=GPU_SIGMA_SOURCE, prompt_tokens=64,
+    time_limit_s=420.0, device="cuda", cpu_threads=None,
     # reduced: (q, T, δ) unchanged, so σ and its record stay valid; shapes and counts shrink.
     reduced_overrides={"model": {"vocab_size": 512, "hidden_size": 64, "num_layers": 2, "num_heads": 4,
                                  "num_kv_heads": 2, "intermediate_size": 128, "max_positions": 256},

@@ -1,4 +1,4 @@
-"""Public, non-private SFT pretraining of the base model before any private record is read (spec §9.1).
+"""Public, non-private SFT pretraining of the base model before any private record is read (tiny-cpu preset).
 
 Guarantees: only the base (non-LoRA) weights are trained, with the LoRA adapter disabled, on examples drawn
 from a public generator under a public seed; afterwards the base is frozen again and every `.grad` is cleared,
@@ -17,9 +17,10 @@ import random
 
 import torch
 
+from mechanisms.dpgrpo.rollouts import encode_prompt, encode_target, pad_id
 from privcheck import validation as val
 
-from mechanisms.dpgrpo.rollouts import encode_prompt, encode_target, pad_id
+__all__ = ["addition_examples", "pretrain_public"]
 
 
 def addition_examples(rng: random.Random, count: int, max_operand: int = 9) -> list:

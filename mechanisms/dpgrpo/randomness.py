@@ -1,4 +1,5 @@
-"""The three randomness sources of Algorithm 1 (spec shared/spec/dpgrpo.md §3.4, assumption A3).
+"""The torch backend of `privcheck.randomness.RandomnessPolicy` for DP-GRPO: the three randomness sources of
+Algorithm 1 (assumption (A3), fresh hidden randomness; docs/dpgrpo.md).
 
 * coins   — a CPU `torch.Generator` (line 2, `core.poisson_coins`);
 * noise   — a `torch.Generator` on the update's device (line 8, `core.privatize`);
@@ -6,34 +7,26 @@
   it from a dedicated CPU generator for each call, so rollout draws are fresh every call, independent of
   coins and noise, and never disturb (or depend on) the caller's global RNG state.
 
-`os_entropy` (default, release mode): each source is seeded from `os.urandom(8)`; the seeds are not stored
-or logged by this module. `seeded(seed)`: the three seeds are derived from `seed` by SHA-256 with distinct
-labels, and `privacy_release` is False with reason "seeded randomness". `Randomness.release(seed=...)` refuses
-a seed.
+The policy decides where the seeds come from. OS entropy (the default, release mode): each source is seeded
+from `os.urandom`, and the seeds are neither stored nor logged. Seeded: the three seeds are
+`privcheck.randomness.derive_seed(seed, label, namespace="privcheck.dpgrpo")` for the labels "coins", "noise"
+and "rollouts", and `privacy_release` is False with reason "seeded randomness". `TorchRandomness.release(seed=...)`
+refuses a seed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 
 import torch
 
-from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import OS_ENTROPY, SEEDED, RandomnessPolicy
 
+__all__ = ["NAMESPACE", "TorchRandomness", "make_randomness"]
+
+NAMESPACE = "privcheck.dpgrpo"     # keeps DP-GRPO's seeded streams apart from other components'
 _MASK63 = (1 << 63) - 1
-SEEDED_REASON = "seeded randomness"
-
-
-def _entropy_seed() -> int:
-    return int.from_bytes(os.urandom(8), "little") & _MASK63
-
-
-def _derived_seed(seed: int, label: str) -> int:
-    digest = hashlib.sha256(f"privcheck.dpgrpo/{label}/{seed}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & _MASK63
 
 
 def _device(device) -> torch.device:
@@ -43,51 +36,46 @@ def _device(device) -> torch.device:
         raise InvalidParameter("device", device, "a torch device") from err
 
 
-class Randomness:
-    """Holds the coins, noise and rollout generators. Build with `os_entropy()`, `seeded(seed)`,
-    `release()` or `from_mode(mode)`; the constructor itself is private."""
+class TorchRandomness:
+    """The coins, noise and rollout generators of one trainer, seeded as its `RandomnessPolicy` says.
 
-    def __init__(self, *, coins_seed: int, noise_seed: int, rollout_seed: int, device, mode: str,
-                 seed: int | None, _token=None):
-        if _token is not _PRIVATE:
-            raise InvalidParameter("Randomness", "direct construction",
-                                   "Randomness.os_entropy(), .seeded(seed), .release() or .from_mode(mode)")
+    Build with `os_entropy()`, `seeded(seed)`, `release()`, `from_mode(mode)` or `TorchRandomness(policy)`."""
+
+    def __init__(self, policy: RandomnessPolicy, device=None):
+        if not isinstance(policy, RandomnessPolicy) or policy.mode not in (OS_ENTROPY, SEEDED):
+            raise InvalidParameter("policy", policy, "a RandomnessPolicy in 'os_entropy' or 'seeded' mode "
+                                   "(the trainer derives its own generators)")
         dev = _device(device)
+        self.policy = policy
         self.device = dev
-        self.coins = torch.Generator(device="cpu").manual_seed(coins_seed)
-        self.noise = torch.Generator(device=dev).manual_seed(noise_seed)
-        self._rollout = torch.Generator(device="cpu").manual_seed(rollout_seed)
-        self.mode = mode
-        self._seed = seed  # None in os_entropy mode (never stored there)
+        self.coins = policy.torch_generator("coins", "cpu")
+        self.noise = policy.torch_generator("noise", dev)
+        self._rollout = policy.torch_generator("rollouts", "cpu")
 
     # ------------------------------------------------------------------ constructors
 
     @classmethod
-    def os_entropy(cls, device=None) -> "Randomness":
-        """Release mode: every source seeded from `os.urandom(8)`; seeds are not kept."""
-        return cls(coins_seed=_entropy_seed(), noise_seed=_entropy_seed(), rollout_seed=_entropy_seed(),
-                   device=device, mode="os_entropy", seed=None, _token=_PRIVATE)
+    def os_entropy(cls, device=None) -> "TorchRandomness":
+        """Release mode: every source seeded from OS entropy; seeds are not kept."""
+        return cls(RandomnessPolicy.os_entropy(namespace=NAMESPACE), device)
 
     @classmethod
-    def release(cls, device=None, *, seed=None) -> "Randomness":
+    def release(cls, device=None, *, seed=None) -> "TorchRandomness":
         """Release-mode constructor; giving it a seed is an error (A3)."""
         if seed is not None:
             raise InvalidParameter("seed", seed, "None: a release-mode trainer refuses a seed "
-                                   "(use Randomness.seeded for a non-release, reproducible run)")
+                                   "(use TorchRandomness.seeded for a non-release, reproducible run)")
         return cls.os_entropy(device)
 
     @classmethod
-    def seeded(cls, seed, device=None) -> "Randomness":
+    def seeded(cls, seed, device=None) -> "TorchRandomness":
         """Reproducible mode: seeds derived from `seed`; the run is not a privacy release."""
-        seed = val.count("seed", seed, minimum=0)
-        return cls(coins_seed=_derived_seed(seed, "coins"), noise_seed=_derived_seed(seed, "noise"),
-                   rollout_seed=_derived_seed(seed, "rollouts"), device=device, mode="seeded", seed=seed,
-                   _token=_PRIVATE)
+        return cls(RandomnessPolicy.seeded(seed, namespace=NAMESPACE), device)
 
     @classmethod
-    def from_mode(cls, mode, device=None) -> "Randomness":
+    def from_mode(cls, mode, device=None) -> "TorchRandomness":
         """`"os_entropy"` → `os_entropy()`; an int → `seeded(int)` (the config's `randomness` field)."""
-        if mode == "os_entropy":
+        if mode == OS_ENTROPY:
             return cls.os_entropy(device)
         if isinstance(mode, int) and not isinstance(mode, bool):
             return cls.seeded(mode, device)
@@ -96,17 +84,20 @@ class Randomness:
     # ------------------------------------------------------------------ public flags
 
     @property
+    def mode(self) -> str:
+        return self.policy.mode
+
+    @property
     def privacy_release(self) -> bool:
-        return self.mode == "os_entropy"
+        return self.policy.privacy_release
 
     @property
     def reason(self) -> str | None:
-        return None if self.privacy_release else SEEDED_REASON
+        return self.policy.reason
 
     def to_json(self) -> dict:
-        """The artifact's `randomness` entry: the mode, and the seed only in seeded mode."""
-        return {"mode": self.mode} if self.privacy_release else {"mode": self.mode, "seed": self._seed,
-                                                                   "reason": SEEDED_REASON}
+        """The artifact's `randomness` entry: the mode, and the seed and reason only in seeded mode."""
+        return self.policy.to_json()
 
     # ------------------------------------------------------------------ rollout randomness
 
@@ -121,16 +112,13 @@ class Randomness:
             yield
 
 
-_PRIVATE = object()
-
-
-def make_randomness(mode="os_entropy", device=None, *, seed=None) -> Randomness:
+def make_randomness(mode=OS_ENTROPY, device=None, *, seed=None) -> TorchRandomness:
     """Factory for the checks (V11): `make_randomness()` → release mode; `make_randomness("seeded", seed=s)` or
     `make_randomness(s)` → seeded; `make_randomness(seed=s)` (release mode given a seed) raises."""
-    if mode == "os_entropy":
-        return Randomness.release(device, seed=seed)
-    if mode == "seeded":
-        return Randomness.seeded(seed, device)
+    if mode == OS_ENTROPY:
+        return TorchRandomness.release(device, seed=seed)
+    if mode == SEEDED:
+        return TorchRandomness.seeded(seed, device)
     if seed is not None:
         raise InvalidParameter("seed", seed, "None when mode is an int seed")
-    return Randomness.from_mode(mode, device)
+    return TorchRandomness.from_mode(mode, device)

@@ -1,4 +1,4 @@
-"""Record-gradient plug-ins: Algorithm 1, lines 4–6 for one record (spec shared/spec/dpgrpo.md §4).
+"""Record-gradient plug-ins: Algorithm 1, lines 4–6 for one record (the arms of docs/dpgrpo.md).
 
 A `RecordGradient` maps `(ctx, record, group)` to a `RecordGrad`: the flat, *unclipped* gradient over the
 ParamSpace and a private dict (loss, KL, lengths, …) destined for private telemetry. It sees exactly one record:
@@ -23,11 +23,13 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-from privcheck.errors import InvalidParameter
-
 from mechanisms.dpgrpo.core import DEFAULT_C_ADV, ParamSpace, flatten_grads, group_advantages, prompt_loss
 from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup
 from mechanisms.dpgrpo.rollouts import encode_prompt, encode_target, policy_scope, token_logprobs
+from privcheck.errors import InvalidParameter
+
+__all__ = ["REGISTRY", "FilteredSFT", "GRPOGradient", "GoldSFT", "RecordGrad", "RecordGradient", "StepContext",
+           "ZeroAdvantage", "from_name"]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Records of Algorithm 1 (spec shared/spec/dpgrpo.md §1.1, §3.3, §4).
+"""Records of Algorithm 1 (docs/dpgrpo.md, "Threat model and what is released").
 
 `Record` is the privacy unit (a prompt with its reference answer, and for gold DP-SFT its solution);
 `SlotUniverse` holds the public slot count n, the private presence bits and the records; `RolloutGroup` holds
@@ -17,6 +17,8 @@ import torch
 
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+
+__all__ = ["GradientRecord", "Record", "RolloutGroup", "SlotUniverse", "dirac_canary", "random_direction_canary"]
 
 
 @dataclass(frozen=True, eq=True)
@@ -58,7 +60,7 @@ class SlotUniverse:
 
     An absent slot's entry is never read and may be anything (None, a Record, a GradientRecord). A present
     slot must hold a Record or GradientRecord. Only `batch` (Algorithm 1, line 3) reads `present`.
-    `append_canaries` returns a new universe with m_c canary slots after the real ones (spec §11); then
+    `append_canaries` returns a new universe with m_c canary slots after the real ones; then
     `n` = n_real + n_canary is the slot count of line 2, and `n_real` is the config's public n.
     """
 
@@ -103,7 +105,7 @@ class SlotUniverse:
         return i >= self._n_real
 
     def append_canaries(self, canaries: Sequence, presence, commitment: str) -> "SlotUniverse":
-        """A NEW universe with m_c = len(canaries) canary slots appended after the n real ones (spec §11).
+        """A NEW universe with m_c = len(canaries) canary slots appended after the n real ones.
 
         `canaries`: Records (input-space canaries) or GradientRecords (gradient canaries). `presence`: the
         auditor's BoolTensor[m_c] (drawn by the auditor, never by the trainer), read like any presence bit.
@@ -145,7 +147,7 @@ _COMMITMENT = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def dirac_canary(j, C, dim, dtype=torch.float64) -> GradientRecord:
-    """The Dirac gradient canary C·e_j (spec §11): C on reserved coordinate j of a `dim`-vector, 0 elsewhere."""
+    """The Dirac gradient canary C·e_j: C on reserved coordinate j of a `dim`-vector, 0 elsewhere."""
     dim = val.count("dim", dim)
     j = val.count("j", j, minimum=0)
     if j >= dim:
@@ -187,10 +189,12 @@ class RolloutGroup:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.shape[0] < 2:
             raise InvalidParameter("token_ids", getattr(ids, "shape", ids), "an integer tensor [G, L_max], G >= 2")
         if not isinstance(self.mask, torch.Tensor) or self.mask.shape != ids.shape:
-            raise InvalidParameter("mask", getattr(self.mask, "shape", self.mask), f"a tensor of shape {tuple(ids.shape)}")
+            raise InvalidParameter("mask", getattr(self.mask, "shape", self.mask),
+                                   f"a tensor of shape {tuple(ids.shape)}")
         if self.rewards is not None and (not isinstance(self.rewards, torch.Tensor)
                                          or tuple(self.rewards.shape) != (ids.shape[0],)):
-            raise InvalidParameter("rewards", getattr(self.rewards, "shape", self.rewards), f"None or Tensor[{ids.shape[0]}]")
+            raise InvalidParameter("rewards", getattr(self.rewards, "shape", self.rewards),
+                                   f"None or Tensor[{ids.shape[0]}]")
         if self.texts is not None:
             object.__setattr__(self, "texts", tuple(self.texts))
             if len(self.texts) != ids.shape[0]:

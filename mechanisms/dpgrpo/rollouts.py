@@ -1,4 +1,4 @@
-"""Rollout backends (Algorithm 1, line 4) and the log-probability helper (§2.3).
+"""Rollout backends (Algorithm 1, line 4) and the log-probability helper (docs/dpgrpo.md, "Rollout modes").
 
 * `IsolatedHF` (default, mode "isolated"): one `generate` call per sampled prompt with
   `num_return_sequences = G`, plain tempered sampling (`top_k = 0`, `top_p = 1.0` set explicitly), at most
@@ -27,11 +27,13 @@ from collections.abc import Sequence
 
 import torch
 
+from mechanisms.dpgrpo.core import completion_mask
+from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-from mechanisms.dpgrpo.core import completion_mask
-from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup
+__all__ = ["POLICIES", "BatchedHF", "IsolatedHF", "Replay", "decode_completion", "encode_prompt", "encode_target",
+           "eos_id", "left_pad", "make_group", "pad_id", "plain_lora_layers", "policy_scope", "token_logprobs"]
 
 POLICIES = ("current", "reference")
 
@@ -138,7 +140,7 @@ def left_pad(prompts: Sequence[torch.Tensor], pad_token: int, device=None):
     return ids, attention, positions
 
 
-def _plain_lora_layers(model):
+def plain_lora_layers(model):
     """The model's PEFT tuner layers when disabling them is all `disable_adapter()` would do (LoRA-style
     adapters, none merged or already disabled, no prompt learning, no modules_to_save wrappers, no bias
     adaptation); otherwise None."""
@@ -182,7 +184,7 @@ def _adapters_disabled(model, layers):
         yield
     finally:
         for layer in layers:
-            layer._disable_adapters = False  # `_plain_lora_layers` only returns enabled layers
+            layer._disable_adapters = False  # `plain_lora_layers` only returns enabled layers
         if was is not None:
             model._adapters_disabled = was
 
@@ -195,7 +197,7 @@ def policy_scope(model, policy: str):
     elif policy == "reference":
         if not hasattr(model, "disable_adapter"):
             raise InvalidParameter("model", type(model).__name__, "a PEFT model (disable_adapter) for π_ref")
-        layers = _plain_lora_layers(model)
+        layers = plain_lora_layers(model)
         with (model.disable_adapter() if layers is None else _adapters_disabled(model, layers)):
             yield model
     else:

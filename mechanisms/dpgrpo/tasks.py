@@ -1,4 +1,4 @@
-"""Synthetic verifiable task: small-number addition (spec shared/spec/dpgrpo.md §2.1, §9.1).
+"""Synthetic verifiable task: small-number addition (the tiny-cpu preset of docs/dpgrpo.md).
 
 Prompts are "a+b=" with 0 ≤ a, b ≤ max_operand, the reference answer is str(a + b). The verifier
 `reward(record, completion)` is public, deterministic and depends only on its two arguments. The
@@ -10,10 +10,11 @@ from __future__ import annotations
 import random
 import re
 
+from mechanisms.dpgrpo.records import Record
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-from mechanisms.dpgrpo.records import Record
+__all__ = ["CharTokenizer", "addition_record", "addition_records", "reward"]
 
 _CANONICAL_INT = re.compile(r"0|[1-9][0-9]*")
 

@@ -1,6 +1,7 @@
-"""Private versus non-private round time, and isolated versus batched generation (spec §9.2, §10).
+"""Private versus non-private round time, and isolated versus batched generation (docs/dpgrpo.md,
+"Private versus non-private time").
 
-`private_over_nonprivate` (spec §10) is the round time of the private trainer divided by that of a
+`private_over_nonprivate` is the round time of the private trainer divided by that of a
 non-private GRPO round on the same rollouts, for the whole round and for the gradient phase:
 
 * rollouts are generated ONCE (the trainer's backend and rollout policy) and replayed for both paths, so the
@@ -29,13 +30,14 @@ from collections.abc import Sequence
 
 import torch
 
+from mechanisms.dpgrpo.core import DEFAULT_C_ADV, flatten_grads, prompt_loss
+from mechanisms.dpgrpo.randomness import TorchRandomness
+from mechanisms.dpgrpo.records import Record, RolloutGroup
+from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, left_pad, pad_id, policy_scope
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-from mechanisms.dpgrpo.core import DEFAULT_C_ADV, flatten_grads, prompt_loss
-from mechanisms.dpgrpo.randomness import Randomness
-from mechanisms.dpgrpo.records import Record, RolloutGroup
-from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, left_pad, pad_id, policy_scope
+__all__ = ["measure_private_over_nonprivate", "nonprivate_grpo_update", "time_generation_modes"]
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -85,7 +87,7 @@ def _padded_logprobs(model, ids, attention, positions, completions, L) -> torch.
 
 
 def nonprivate_grpo_update(trainer, records, groups) -> torch.Tensor:
-    """The non-private GRPO gradient on the same rollouts (spec §10): ∇_θ (1/|B|)·Σ_i ℓ_i(θ_t), flat in
+    """The non-private GRPO gradient on the same rollouts: ∇_θ (1/|B|)·Σ_i ℓ_i(θ_t), flat in
     ParamSpace order, with ℓ_i the eq. (7) loss of record i (the arm's group advantages, β, k3 KL to π_ref).
 
     One left-padded forward of π_ref (adapter off, no grad) and one of π_θ over every record's G completions,
@@ -146,7 +148,7 @@ class _TrainerState:
         self.cpu_rng = torch.get_rng_state()
         self.cuda_rng = (torch.cuda.get_rng_state_all()
                          if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
-        self.scratch = trainer._scratch
+        self.scratch = trainer.scratch
         self.t = trainer.t
         self.telemetry = (len(trainer.public_telemetry), len(trainer.private_telemetry))
 
@@ -168,7 +170,7 @@ class _TrainerState:
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
-        tr._scratch = self.scratch
+        tr.scratch = self.scratch
         tr.t = self.t
         del tr.public_telemetry[self.telemetry[0]:]
         del tr.private_telemetry[self.telemetry[1]:]
@@ -193,7 +195,7 @@ def _nonprivate_round(trainer, records, groups) -> dict:
 
 
 def measure_private_over_nonprivate(trainer, public_records, *, repeats=3, warmup=True) -> dict:
-    """`private_over_nonprivate` of spec §10 on PUBLIC records (the caller passes public evaluation prompts).
+    """`private_over_nonprivate` on PUBLIC records (the caller passes public evaluation prompts).
 
     Returns medians over `repeats`: "round" (private_round_s / nonprivate_round_s), "gradient_phase"
     (private_gradient_s / nonprivate_gradient_s), the four seconds, and "generation_s" (measured once,
@@ -205,7 +207,7 @@ def measure_private_over_nonprivate(trainer, public_records, *, repeats=3, warmu
         raise InvalidParameter("warmup", warmup, "a bool")
     _grpo_arm(trainer)
     state = _TrainerState(trainer)
-    trainer._scratch = trainer._new_scratch()  # public-record diagnostics never reach the trainer's scratch
+    trainer.scratch = trainer.new_scratch()  # public-record diagnostics never reach the trainer's scratch
     try:
         groups, generation_s = _timed(trainer.device, trainer.rollouts, trainer.model, records, "current")
         if warmup:
@@ -219,7 +221,7 @@ def measure_private_over_nonprivate(trainer, public_records, *, repeats=3, warmu
             state.restore_weights()
             nonprivate.append(_nonprivate_round(trainer, records, groups))
             state.restore_weights()
-            trainer._scratch = trainer._new_scratch()
+            trainer.scratch = trainer.new_scratch()
     finally:
         state.restore()
 
@@ -245,7 +247,7 @@ def time_generation_modes(model, tokenizer, records, config, *, repeats=1) -> di
     records = _public_records(records)
     repeats = val.count("repeats", repeats)
     device = next(model.parameters()).device
-    randomness = Randomness.os_entropy(device)
+    randomness = TorchRandomness.os_entropy(device)
     backends = {"isolated": IsolatedHF.from_config(tokenizer, config),
                 "batched": BatchedHF.from_config(tokenizer, config)}
     seconds = {}

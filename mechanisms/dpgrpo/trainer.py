@@ -1,4 +1,4 @@
-"""`DPTrainer`: Algorithm 1 composed from the public entry points of spec §3.3.
+"""`DPTrainer`: Algorithm 1 composed from public entry points (the methods the checks bind to).
 
     step() = apply_update(noisy_update(zip(records, score(records, rollouts(model, records, policy)))))
              with records = universe.batch(sample_coins())
@@ -15,40 +15,45 @@
 
 Public telemetry (per step) holds only functions of ĝ_t, θ and public inputs. Private telemetry (batch size,
 rewards, verifier failures, pre-clip norms, clip fraction, non-finite counts, losses) is kept in memory in
-`private_telemetry` and is never part of public output. The trainer never computes ε: `privacy_claim` reports
-(q, σ, T, δ) and, when the config was calibrated, the accountant's ε from the calibration record.
+`private_telemetry` and is never part of public output. The trainer never computes ε: `plan` is the config's
+privacy plan (with the canary slots of the universe), and `privacy_claim` reports its parameters and its ε,
+`plan.claim()` (docs/dpgrpo.md, "Privacy plan").
 
 LoRA dropout (config.lora_dropout > 0): the per-record gradient pass runs in train mode inside
 `randomness.rollout_scope()`, so every record's dropout masks are fresh draws from the private rollout generator
 (A3) and never touch the caller's RNG; rollouts and reference log-probs run in eval mode (no dropout). With
-dropout 0 (the checks, §12 item 15) the model stays in eval mode and no randomness is drawn.
+dropout 0 (the float64 checks require it) the model stays in eval mode and no randomness is drawn.
 
 Rollout backend: `config.rollout_mode == "batched"` selects `rollouts.BatchedHF.from_config(tokenizer, config)`
 when that backend exists (else a typed error); otherwise `IsolatedHF` (the default).
 
-Canaries (spec §11): a universe from `SlotUniverse.append_canaries` has n = config.n real slots followed by
-m_c canary slots. Coins are drawn for all n + m_c slots, the public divisor is q·(n + m_c) (from n and m_c,
-never from presence bits), (q, σ, T) and ε are unchanged, and `privacy_claim` reports n, n_canary and the
-auditor's commitment verbatim. `audit_hooks` (an `AuditHooks`) writes the auditor's private log each round.
+Canaries (docs/audits.md): a universe from `SlotUniverse.append_canaries` has n = config.n real slots followed
+by m_c canary slots. Coins are drawn for all n + m_c slots, the public divisor is q·(n + m_c) (from n and m_c,
+never from presence bits), (q, σ, T) and ε are unchanged (the plan's `canaries` enter only the divisor), and
+`privacy_claim` reports n, n_canary and the auditor's commitment verbatim. `audit_hooks` (an `AuditHooks`)
+writes the auditor's private log each round.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 
 import torch
 
-from privcheck.errors import InvalidParameter, PrivcheckError
-
-from mechanisms.dpgrpo import core, rollouts as rollout_backends
+from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo import rollouts as rollout_backends
 from mechanisms.dpgrpo.audit_hooks import AuditHooks
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.randomness import Randomness
+from mechanisms.dpgrpo.randomness import TorchRandomness
 from mechanisms.dpgrpo.record_grads import StepContext, from_name
 from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, token_logprobs
+from privcheck.errors import InvalidParameter, PrivcheckError
+
+__all__ = ["DEFAULT_PUBLIC_EXAMPLES", "DPTrainer", "VerifierError", "reward_value"]
 
 
 class VerifierError(PrivcheckError):
@@ -63,7 +68,7 @@ DEFAULT_PUBLIC_EXAMPLES = (
 )
 
 
-def _reward_value(r) -> int | None:
+def reward_value(r) -> int | None:
     """0 or 1 if r is one of them (bool, int, float, 0-d tensor), else None."""
     if isinstance(r, torch.Tensor):
         if r.numel() != 1:
@@ -89,7 +94,7 @@ def _default_backend(tokenizer, config):
 
 class DPTrainer:
     def __init__(self, model, tokenizer, universe: SlotUniverse, config: DPGRPOConfig, verifier,
-                 record_gradient=None, rollout_backend=None, randomness: Randomness | None = None, *,
+                 record_gradient=None, rollout_backend=None, randomness: TorchRandomness | None = None, *,
                  public_examples=DEFAULT_PUBLIC_EXAMPLES, audit_hooks: AuditHooks | None = None):
         if not isinstance(config, DPGRPOConfig):
             raise InvalidParameter("config", type(config).__name__, "a DPGRPOConfig")
@@ -106,7 +111,7 @@ class DPTrainer:
         self.tokenizer = tokenizer
         self.universe = universe
         self.verifier = verifier
-        self._check_verifier(public_examples)  # before any private record is read (§2.1)
+        self._check_verifier(public_examples)  # before any private record is read
         self.space = core.ParamSpace(model)
         bad = [k for k in self.space.names if "lora_" not in k]
         if bad:
@@ -122,9 +127,9 @@ class DPTrainer:
         self.audit_hooks = audit_hooks
         self._round_slots: list[int] | None = None
         if randomness is None:
-            randomness = Randomness.from_mode(config.randomness, self.device)
-        elif not isinstance(randomness, Randomness):
-            raise InvalidParameter("randomness", type(randomness).__name__, "a Randomness")
+            randomness = TorchRandomness.from_mode(config.randomness, self.device)
+        elif not isinstance(randomness, TorchRandomness):
+            raise InvalidParameter("randomness", type(randomness).__name__, "a TorchRandomness")
         elif randomness.privacy_release != (config.randomness == "os_entropy"):
             raise InvalidParameter("randomness", randomness.mode, f"the config's mode {config.randomness!r}")
         self.randomness = randomness
@@ -144,7 +149,7 @@ class DPTrainer:
         self.t = 0
         self.public_telemetry: list[dict] = []
         self.private_telemetry: list[dict] = []
-        self._scratch: dict = self._new_scratch()
+        self.scratch: dict = self.new_scratch()
 
     # ---------------------------------------------------------------------------- public facts
 
@@ -178,18 +183,28 @@ class DPTrainer:
         return self.config.q * self.n_slots
 
     @property
+    def plan(self):
+        """The privacy plan of this trainer: the config's plan with the universe's canary slots (which enter the
+        public divisor only, never the event); None for the non-private arm."""
+        plan = self.config.plan
+        if plan is None or self.universe.n_canary == 0:
+            return plan
+        return dataclasses.replace(plan, canaries=self.universe.n_canary)   # the calibration still matches
+
+    @property
     def privacy_claim(self) -> dict | None:
-        """None for the non-private arm; else (q, σ, T, δ) and the accountant's ε if the config was calibrated."""
-        if self.nonprivate:
+        """None for the non-private arm; else the plan's parameters and ε (`plan.claim()`, computed from the
+        plan's event), with the canary commitment."""
+        plan = self.plan
+        if plan is None:
             return None
-        cfg = self.config
-        cal = cfg.calibration
-        return {"unit": "prompt_group", "neighboring": "add_remove", "n": cfg.n, "q": cfg.q, "sigma": cfg.sigma,
-                "T": cfg.T, "delta": cfg.delta, "C": cfg.C,
-                "n_canary": self.universe.n_canary, "canary_commitment": self.universe.canary_commitment,
-                "divisor": self.divisor,
-                "epsilon": None if cal is None else cal.get("epsilon"),
-                "accountant": None if cal is None else "privcheck.accounting.calibrate_sigma (PLD)"}
+        claim = plan.claim()
+        return {"unit": "prompt_group", "neighboring": claim["neighboring"], "n": plan.records,
+                "q": plan.sampling_rate, "sigma": plan.noise_multiplier, "T": plan.steps, "delta": plan.delta,
+                "C": plan.clip_norm, "n_canary": plan.canaries, "canary_commitment": self.universe.canary_commitment,
+                "divisor": plan.divisor, "epsilon": claim["epsilon"], "accountant": claim["accountant"],
+                "target_epsilon": claim["target_epsilon"], "event": claim["event"],
+                "calibration": claim["calibration"]}
 
     # ---------------------------------------------------------------------------- construction checks
 
@@ -203,13 +218,13 @@ class DPTrainer:
             except Exception as err:  # noqa: BLE001 — any failure on public data is a construction error
                 raise VerifierError(f"verifier raised on public example {rec.prompt!r} / {completion!r}: "
                                     f"{type(err).__name__}: {err}") from err
-            if _reward_value(r) is None:
+            if reward_value(r) is None:
                 raise VerifierError(f"verifier returned {r!r} (not in {{0, 1}}) on public example "
                                     f"{rec.prompt!r} / {completion!r}")
 
     # ---------------------------------------------------------------------------- Algorithm 1
 
-    def _new_scratch(self) -> dict:
+    def new_scratch(self) -> dict:
         return {"verifier_failures": 0, "rewards": [], "pre_clip_norms": [], "clipped": 0, "nonfinite": 0,
                 "records": [], "canary_pre_clip_norms": {}, "cross_talk": None}
 
@@ -225,11 +240,11 @@ class DPTrainer:
 
     def _reward(self, record, text) -> int:
         try:
-            r = _reward_value(self.verifier(record, text))
-        except Exception:  # noqa: BLE001 — fixed rule: reward 0, counted privately (§2.1)
+            r = reward_value(self.verifier(record, text))
+        except Exception:  # noqa: BLE001 — fixed rule: reward 0, counted privately
             r = None
         if r is None:
-            self._scratch["verifier_failures"] += 1
+            self.scratch["verifier_failures"] += 1
             return 0
         return r
 
@@ -243,7 +258,7 @@ class DPTrainer:
             texts = group.texts if group.texts is not None else tuple(
                 decode_completion(self.tokenizer, row) for row in group.token_ids.tolist())
             rewards = torch.tensor([self._reward(rec, y) for y in texts], dtype=torch.int64)
-            self._scratch["rewards"].append(rewards.tolist())
+            self.scratch["rewards"].append(rewards.tolist())
             out.append(RolloutGroup(group.token_ids, group.mask, rewards, texts))
         return out
 
@@ -267,7 +282,7 @@ class DPTrainer:
         kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
         with self._dropout_scope():
             rg = self.arm(self.ctx, record, group, **kwargs)
-        self._scratch["records"].append(rg.private)
+        self.scratch["records"].append(rg.private)
         return rg.grad
 
     def record_loss_and_grad(self, record, group=None, chunk_size=None) -> tuple[float, torch.Tensor]:
@@ -277,7 +292,7 @@ class DPTrainer:
         return rg.private.get("loss", 0.0), rg.grad
 
     @staticmethod
-    def _unpack(item):
+    def unpack(item):
         if isinstance(item, GradientRecord):
             return item, None
         if isinstance(item, tuple) and len(item) == 2:
@@ -302,22 +317,22 @@ class DPTrainer:
         out = []
         for k, item in enumerate(items):
             canary = slots is not None and self.universe.is_canary(slots[k])
-            g = self.record_gradient(*self._unpack(item))
+            g = self.record_gradient(*self.unpack(item))
             if hooks is not None and hooks.mask_reserved_for_real_records and not canary:
                 g = hooks.mask(g)
             with torch.no_grad():
                 norm = float(torch.linalg.vector_norm(g.detach().double()))
-            self._scratch["pre_clip_norms"].append(norm)
-            self._scratch["nonfinite"] += int(not math.isfinite(norm))
-            self._scratch["clipped"] += int(math.isfinite(norm) and norm > self.config.C)
+            self.scratch["pre_clip_norms"].append(norm)
+            self.scratch["nonfinite"] += int(not math.isfinite(norm))
+            self.scratch["clipped"] += int(math.isfinite(norm) and norm > self.config.C)
             clipped = self.clip(g)
             if hooks is not None:  # auditor-only diagnostics (private log), never used by the statistic
                 if canary:
-                    self._scratch["canary_pre_clip_norms"][slots[k] - self.universe.n_real] = norm
+                    self.scratch["canary_pre_clip_norms"][slots[k] - self.universe.n_real] = norm
                 else:
                     ct = hooks.reserved_values(clipped)
-                    prev = self._scratch["cross_talk"]
-                    self._scratch["cross_talk"] = ct if prev is None else [a + b for a, b in zip(prev, ct)]
+                    prev = self.scratch["cross_talk"]
+                    self.scratch["cross_talk"] = ct if prev is None else [a + b for a, b in zip(prev, ct)]
             out.append(clipped)
         return out
 
@@ -348,7 +363,7 @@ class DPTrainer:
 
     def step(self) -> dict:
         """One round of Algorithm 1; returns this round's public telemetry entry."""
-        self._scratch = self._new_scratch()
+        self.scratch = self.new_scratch()
         coins = self.sample_coins()                                             # line 2
         batch = self.universe.batch(coins)                                      # line 3
         records = [self.universe.record(i) for i in batch]
@@ -372,7 +387,7 @@ class DPTrainer:
         entry = {"t": self.t, "lr": self.optimizer.param_groups[0]["lr"], "update_norm": update_norm,
                  "param_delta_norm": delta, "skipped_nonfinite_update": not applied}
         self.public_telemetry.append(entry)
-        sc = self._scratch
+        sc = self.scratch
         norms = sc["pre_clip_norms"]
         rewards = [r for rs in sc["rewards"] for r in rs]
         self.private_telemetry.append({
@@ -385,7 +400,7 @@ class DPTrainer:
         return entry
 
     def _audit_log(self, t, g_hat, batch, groups) -> None:
-        """The auditor's private log (spec §11): U_t[J] with σ·C, q·(n + m_c) and t; then diagnostics."""
+        """The auditor's private log: U_t[J] with σ·C, q·(n + m_c) and t; then diagnostics."""
         cfg = self.config
         sigma_C = 0.0 if cfg.sigma == 0 else cfg.sigma * cfg.C
         self.audit_hooks.log_round(t, g_hat, sigma_C, self.divisor)
@@ -393,7 +408,7 @@ class DPTrainer:
         in_batch = set(batch)
         canary_groups = [grp for i, grp in zip(batch, groups) if uni.is_canary(i)
                          and grp is not None and grp.rewards is not None]
-        sc = self._scratch
+        sc = self.scratch
         self.audit_hooks.log_diagnostics(t, {
             "canary_included": [int(uni.n_real + k in in_batch) for k in range(uni.n_canary)],
             "canary_pre_clip_norms": {str(k): v for k, v in sorted(sc["canary_pre_clip_norms"].items())},

@@ -1,6 +1,6 @@
-"""Bindings of the verification suite to the trainer's own entry points (spec shared/spec/dpgrpo.md §7, §8).
+"""Bindings of the verification suite to the trainer's own entry points (docs/dpgrpo.md, the checks V1–V13).
 
-`bindings_for(trainer, items=..., perturb=..., ...)` returns a `privcheck.checks.dpsgd.SuiteBindings` whose
+`bindings_for(trainer, items=..., perturb=..., ...)` returns a `privcheck.checks.training.SuiteBindings` whose
 callables are the trainer's production methods (`sample_coins`, `record_gradient`, `record_loss_and_grad`,
 `contributions`, `clipped_sum`, `privatize`, `noisy_update`, `step`/`apply_update`, `clip`); where a check varies
 C, σ, q, n or the chunk size, a trainer of the same class is built with `config.replace(...)` (sharing the model,
@@ -9,13 +9,19 @@ arm, rollouts and randomness), so a subclass that overrides one method is checke
 V1 checks the loss of the trainer's gradient path: `core.prompt_loss` (what the arms call), or the trainer's own
 `prompt_loss` method where a (sub)class defines one.
 
-`reference_fixture()` builds the float64 reference fixture of §7.1: tiny GPT-2 (all dropouts 0, LayerNorm),
+`reference_fixture()` builds the float64 reference fixture: tiny GPT-2 (all dropouts 0, LayerNorm),
 LoRA r = 4, α = 8, dropout 0, moved off the reference by N(0, 0.02²), and `Replay` rollouts of the addition task.
 `reference_setup(seed, trainer_cls)` builds a trainer on it with its bindings. `preflight_fixture(precision)` /
 `preflight_setup(precision, seed, trainer_cls)` do the same for V13 on the tiny Qwen2 (2 layers, hidden 64,
 4 heads, 2 KV heads, dropout 0) with a float32 or bfloat16 base and float32 LoRA. `run_suite(seed)` runs V1–V12
 in float64 and V13 at float32 and bfloat16, and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`)
 in which every result carries its precision.
+
+The accountant bindings of V12 (`epsilon_pld`, `epsilon_rdp`, `calibrate_sigma`) go through the privacy plan, the
+path every configuration takes: `plan_epsilon` is `DPGRPOPlan(...).epsilon()`, `plan_epsilon_rdp` the plan's
+event under `privcheck.accounting.epsilon(..., method="rdp")`, and `plan_calibration` is
+`DPGRPOPlan.from_target(...).calibration`. The suite's privacy claim (`fixture_claim`) is the fixture
+configuration's `plan.claim()`.
 """
 
 from __future__ import annotations
@@ -25,12 +31,16 @@ import random
 
 import torch
 
-from privcheck.errors import InvalidParameter
-
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.randomness import make_randomness
 from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
 from mechanisms.dpgrpo.rollouts import make_group, token_logprobs
+from privcheck.errors import InvalidParameter
+
+__all__ = ["BINDING_NAMES", "PREFLIGHT", "PREFLIGHT_BASE_DTYPES", "PREFLIGHT_V3", "REFERENCE", "RandomnessHandle",
+           "bindings_for", "fixture_claim", "perturb_group", "plan_calibration", "plan_epsilon", "plan_epsilon_rdp",
+           "preflight_fixture", "preflight_setup", "reference_fixture", "reference_setup", "replay_groups",
+           "run_preflight", "run_suite"]
 
 BINDING_NAMES = ("sample", "advantages", "prompt_loss", "token_logprobs", "record_gradient", "record_loss_and_grad",
                  "contributions", "clipped_sum", "privatize", "noisy_update", "private_update", "flat_update", "clip",
@@ -89,7 +99,7 @@ class _Replicas:
 
 
 class RandomnessHandle:
-    """What V11's `make_randomness` returns: a fresh trainer of the same class with its own `Randomness`;
+    """What V11's `make_randomness` returns: a fresh trainer of the same class with its own `TorchRandomness`;
     `sample_coins(n, q)` and `privatize(S, *, sigma, C, q, n)` are that trainer's production methods."""
 
     def __init__(self, trainer):
@@ -107,9 +117,34 @@ class RandomnessHandle:
         return self._replicas(sigma=sigma, C=C, n=n, m=_m_for(q, n)).privatize(S)
 
 
+def _accounting_plan(q, sigma, T, delta):
+    # ε depends on (q, σ, T, δ) only; records = 1 and C = 1 are placeholders of the plan's other fields.
+    from privcheck.accounting import DPGRPOPlan
+    return DPGRPOPlan(records=1, sampling_rate=q, noise_multiplier=sigma, clip_norm=1.0, steps=T, delta=delta)
+
+
+def plan_epsilon(q, sigma, T, delta):
+    """V12's `epsilon_pld`: the ε record of the plan at (q, σ, T, δ) (`plan.epsilon()`, PLD)."""
+    return _accounting_plan(q, sigma, T, delta).epsilon()
+
+
+def plan_epsilon_rdp(q, sigma, T, delta):
+    """V12's `epsilon_rdp`: the RDP cross-check of the plan's event (`epsilon(plan.event, δ, method="rdp")`)."""
+    from privcheck.accounting import epsilon
+    plan = _accounting_plan(q, sigma, T, delta)
+    return epsilon(plan.event, plan.delta, method="rdp")
+
+
+def plan_calibration(q, T, delta, target_epsilon):
+    """V12's `calibrate_sigma`: the calibration `DPGRPOConfig.from_target` uses (`DPGRPOPlan.from_target`)."""
+    from privcheck.accounting import DPGRPOPlan
+    return DPGRPOPlan.from_target(records=1, sampling_rate=q, clip_norm=1.0, steps=T, delta=delta,
+                                  target_epsilon=target_epsilon).calibration
+
+
 def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_items=None, chunk_item=None,
                  update_items=None):
-    """The §8 bindings of `trainer` (a DPTrainer or subclass) as a `privcheck.checks.dpsgd.SuiteBindings`.
+    """The bindings of `trainer` (a DPTrainer or subclass) as a `privcheck.checks.training.SuiteBindings`.
 
     Fixtures: `items` — (record, scored group) pairs or GradientRecords (V3 base, V6, V7 others); `additions`
     (V3), `constant_items` ((all-correct, all-wrong) versions of one record, V7), `chunk_item` (G = 8, V8),
@@ -119,8 +154,7 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
     Every callable goes through the trainer's own entry points; where a check varies C, σ, q, n or the chunk
     size, a trainer of the same class with `config.replace(...)` is built (shared model, arm, randomness).
     `flat_update` (V4) is the one independent path: the flat GRPO loss written from eqs. (2) and (7)."""
-    from privcheck import accounting
-    from privcheck.checks.dpsgd import SuiteBindings
+    from privcheck.checks.training import SuiteBindings
 
     cfg = trainer.config
     arm = trainer.arm
@@ -128,7 +162,7 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
     items = list(items) if items is not None else None
 
     def _item(x):
-        return trainer._unpack(x)
+        return trainer.unpack(x)
 
     def sample(n, q):
         return replica(n=n, m=_m_for(q, n)).sample_coins()
@@ -294,8 +328,8 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
         record_gradient=record_gradient, record_loss_and_grad=record_loss_and_grad,
         contributions=trainer.contributions, clipped_sum=clipped_sum, privatize=privatize,
         noisy_update=noisy_update, private_update=private_update, flat_update=flat_update, clip=clip,
-        make_randomness=make_randomness_, epsilon_pld=accounting.epsilon_pld, epsilon_rdp=accounting.epsilon_rdp,
-        calibrate_sigma=accounting.calibrate_sigma,
+        make_randomness=make_randomness_, epsilon_pld=plan_epsilon, epsilon_rdp=plan_epsilon_rdp,
+        calibrate_sigma=plan_calibration,
         items=items, additions=list(additions) if additions is not None else None,
         make_gradient_record=GradientRecord, perturb=perturb if perturb is not None else default_perturb,
         constant_items=list(constant_items) if constant_items is not None else None,
@@ -317,11 +351,13 @@ def replay_groups(tokenizer, records, G, L_max, seed) -> list[RolloutGroup]:
         for g in range(G):
             kind = rng.randrange(3)
             if kind == 0:
-                texts.append(rec.answer); eos.append(True)
+                text, ends = rec.answer, True
             elif kind == 1:
-                texts.append(str(rng.randrange(0, 99))); eos.append(True)
+                text, ends = str(rng.randrange(0, 99)), True
             else:
-                texts.append("".join(rng.choice("0123456789+=") for _ in range(L_max))); eos.append(False)
+                text, ends = "".join(rng.choice("0123456789+=") for _ in range(L_max)), False
+            texts.append(text)
+            eos.append(ends)
         if not any(t == rec.answer for t in texts):
             texts[0], eos[0] = rec.answer, True  # groups have reward variance
         out.append(make_group(tokenizer, texts, L_max, eos=eos))
@@ -333,14 +369,14 @@ def _replay_fixture(model, tok, *, n_records, G, L_max, seed, lora_std):
     from mechanisms.dpgrpo.rollouts import Replay
     from mechanisms.dpgrpo.tasks import addition_records
 
-    perturb_lora_(model, lora_std, seed + 7)  # π_θ ≠ π_ref, else the KL gradient is exactly zero (§7.1)
+    perturb_lora_(model, lora_std, seed + 7)  # π_θ ≠ π_ref, else the KL gradient is exactly zero
     records = addition_records(n_records, seed)
     groups = replay_groups(tok, records, G, L_max, seed + 11)
     return model, tok, records, Replay(list(zip(records, groups)))
 
 
 def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
-    """(model, tokenizer, records, Replay backend) in float64, LoRA off the reference (§7.1)."""
+    """(model, tokenizer, records, Replay backend) in float64, LoRA off the reference."""
     from mechanisms.dpgrpo.models import build_tiny_policy
     from mechanisms.dpgrpo.tasks import CharTokenizer
 
@@ -349,19 +385,19 @@ def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
     tok = CharTokenizer()
     model = build_tiny_policy(seed, torch.float64, r=4, alpha=8, lora_dropout=0.0, tokenizer=tok)
     # GPT2Config carries summary_first_dropout = 0.1 (used only by sequence-summary heads, not by the LM head);
-    # §7.1 requires every dropout probability to be 0, and the checks' dropout guard reads the config.
+    # The float64 checks need every dropout probability to be 0, and their dropout guard reads the config.
     base_cfg = getattr(model, "config", None)
     if base_cfg is not None and getattr(base_cfg, "summary_first_dropout", 0) != 0:
         base_cfg.summary_first_dropout = 0.0
     return _replay_fixture(model, tok, n_records=n_records, G=G, L_max=L_max, seed=seed, lora_std=lora_std)
 
 
-# Base dtype of the tiny Qwen2 per preflight precision; LoRA, gradients, clip and noise stay float32 (§7.2 V13).
+# Base dtype of the tiny Qwen2 per preflight precision; LoRA, gradients, clip and noise stay float32 (V13).
 PREFLIGHT_BASE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def preflight_fixture(precision: str, *, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
-    """(model, tokenizer, records, Replay backend) for V13: the tiny Qwen2 of §7.2 (2 layers, hidden 64, 4 heads,
+    """(model, tokenizer, records, Replay backend) for V13: a tiny Qwen2 (2 layers, hidden 64, 4 heads,
     2 KV heads, every dropout 0) with its base in `precision` ("float32" or "bfloat16") and float32 LoRA
     (r = 4, α = 8, dropout 0) moved off the reference by N(0, lora_std²); Replay rollouts as in the float64
     fixture."""
@@ -401,7 +437,7 @@ def _with_variance(tokenizer, rec, group, L_max):
 
 
 def _setup(fixture, layout, seed, trainer_cls, config_overrides, *, with_update_items=True):
-    """A `trainer_cls` over the fixture's records (Replay rollouts, seeded randomness) and its §8 bindings, with
+    """A `trainer_cls` over the fixture's records (Replay rollouts, seeded randomness) and its bindings, with
     items scored by the trainer's own verifier step (line 5). `layout` gives n_base, n_additions, G, L_max and
     the configuration (n, m, T, σ, C, lr)."""
     from mechanisms.dpgrpo.config import DPGRPOConfig
@@ -445,7 +481,7 @@ def _setup(fixture, layout, seed, trainer_cls, config_overrides, *, with_update_
 
 def reference_setup(seed: int = 0, trainer_cls=None, *, fixture=None, **config_overrides):
     """(trainer, bindings) on the float64 reference fixture: a `trainer_cls` (default `DPTrainer`) over the
-    fixture's records with Replay rollouts, seeded randomness, and the §8 bindings with items scored by the
+    fixture's records with Replay rollouts, seeded randomness, and the bindings with items scored by the
     trainer's own verifier step. `fixture` (from `reference_fixture`) can be shared between calls."""
     R = REFERENCE
     if fixture is None:
@@ -472,24 +508,24 @@ def preflight_setup(precision: str, seed: int = 0, trainer_cls=None, *, fixture=
 
 
 def fixture_claim(config):
-    """The privacy claim of the fixture's (q, σ, T, δ), ε from `privcheck.accounting.epsilon_pld`."""
-    from privcheck.accounting import epsilon_pld
+    """The privacy claim of the fixture configuration: its plan's parameters and ε (`plan.claim()`)."""
     from privcheck.artifacts.records import Claim
 
-    rec = epsilon_pld(config.q, config.sigma, config.T, config.delta)
+    plan = config.plan
+    claim = plan.claim()
     return Claim(mechanism="dpgrpo (Poisson-subsampled Gaussian, add/remove one prompt group)",
-                 epsilon=float(rec.value), delta=config.delta, neighboring="add_remove",
+                 epsilon=float(claim["epsilon"]), delta=plan.delta, neighboring=claim["neighboring"],
                  assumptions=("A1 Poisson sampling with public q", "A2 record isolation",
                               "A3 fresh hidden randomness", "reference fixture configuration (seeded, not a release)"),
-                 parameters={"q": config.q, "sigma": config.sigma, "T": config.T, "delta": config.delta,
-                             "C": config.C, "n": config.n},
-                 accountant="privcheck.accounting.epsilon_pld (PLD, dp-accounting)")
+                 parameters={"q": plan.sampling_rate, "sigma": plan.noise_multiplier, "T": plan.steps,
+                             "delta": plan.delta, "C": plan.clip_norm, "n": plan.records},
+                 accountant=claim["accountant"])
 
 
 def run_preflight(seed: int = 0, precisions=("float32", "bfloat16"), trainer_cls=None):
-    """V13 on the tiny Qwen2: `privcheck.checks.dpsgd.precision_preflight` at each precision, the results carrying
+    """V13 on the tiny Qwen2: `privcheck.checks.training.precision_preflight` at each precision, the results carrying
     their precision (never merged with float64). Call under deterministic algorithms (as `run_suite` does)."""
-    from privcheck.checks.dpsgd import precision_preflight
+    from privcheck.checks.training import precision_preflight
 
     out = []
     for precision in precisions:
@@ -500,10 +536,10 @@ def run_preflight(seed: int = 0, precisions=("float32", "bfloat16"), trainer_cls
 
 def run_suite(seed: int | None = None):
     """Build the float64 reference fixture (seed 0 by default), bind the production `DPTrainer`, run V1–V12
-    (`privcheck.checks.dpsgd.run_suite`, precision float64), then V13 (`run_preflight`: float32 and bfloat16
+    (`privcheck.checks.training.run_suite`, precision float64), then V13 (`run_preflight`: float32 and bfloat16
     CheckResults, named `precision_preflight.<precision>.<check>`) and return a `SuiteResult` named "dpgrpo"."""
     from privcheck.artifacts.records import SuiteResult
-    from privcheck.checks.dpsgd import run_suite as run_checks
+    from privcheck.checks.training import run_suite as run_checks
 
     seed = 0 if seed is None else seed
     threads = torch.get_num_threads()

@@ -1,20 +1,21 @@
 """Private selection for inference-time alignment: BoN, PrivBoN, ITP, PrivITP, and their exact laws.
 
-Guarantees (spec shared/spec/selection.md; proofs in docs/selection.md):
+Guarantees (proofs in docs/selection.md):
 
-* `PrivBoN` (Gumbel-max = softmax = exponential mechanism, §4): ε-DP per prompt with the certified
+* `PrivBoN` (Gumbel-max = softmax = exponential mechanism): ε-DP per prompt with the certified
   bounded-range ε_BoN(n) ≤ 2Δ/σ (or the nominal 2Δ/σ); a batch of P prompts costs P·ε (basic composition).
-* `PrivITP` (§6–§10): per prompt, ex-post (ε1 + ε2(t; λ̃), δ)-DP: ε1 from the analytic Gaussian release of
+* `PrivITP`: per prompt, ex-post (ε1 + ε2(t; λ̃), δ)-DP: ε1 from the analytic Gaussian release of
   λ̃ = λ̂ + N(0, σ_X²), ε2 = (t − 1)κ(λ̃) + κ_acc(λ̃) for acceptance at round t and n·κ(λ̃) for the fallback.
 * `best_of_n` and `ITP` are non-private baselines: no record, `privacy_release=False`.
 
-Every ε is computed by `privcheck.accounting` (never inline here) and returned with the output.
+Every ε is `privcheck.accounting.epsilon` of the query's event (`PrivBoNEvent`, `PrivITPEvent`; never
+computed here) and is returned with the output.
 
 Assumptions: scores are clipped to a public range [r_lo, r_max]; the sensitivity Δ (≤ r_max − r_lo) is a
 public, user-declared property of the reward model (not verified); all constants are fixed before any
 score is seen; candidates come from a public base policy π0, and PrivITP's two phases use independent
-candidate batches; noise is idealised real-valued (§13.6). Only results drawn with OS-entropy randomness
-(`make_rng()` without a seed) have `privacy_release=True`.
+candidate batches; noise is idealised real-valued (docs/selection.md, "Gaps"). Only results drawn with
+OS-entropy randomness (`make_rng()` without a seed) have `privacy_release=True`.
 
 Conventions: scores are arrays [prompts, n] (1-D = one prompt); `indices` are 0-based positions in the
 (Phase-2) candidate list, with `FRESH_PI0 = -1` meaning "fallback: the caller returns a fresh π0 sample";
@@ -27,19 +28,27 @@ Conventions: scores are arrays [prompts, n] (1-D = one prompt); `indices` are 0-
 """
 
 from mechanisms.selection.bon import best_of_n
-from mechanisms.selection.itp import FALLBACKS, M_RULES, ITP, itp_weights, lambda_hat
-from mechanisms.selection.laws import (OutputLaw, acceptance_rejection, itp_law, privbon_law,
-                                       privbon_policy_finite_n, privbon_policy_limit, privitp_law,
-                                       privitp_law_given_lambda)
+from mechanisms.selection.itp import FALLBACKS, ITP, M_RULES, itp_weights, lambda_hat, lambda_hat_matrix
+from mechanisms.selection.laws import (
+                                       OutputLaw,
+                                       acceptance_rejection,
+                                       itp_law,
+                                       privbon_law,
+                                       privbon_policy_finite_n,
+                                       privbon_policy_limit,
+                                       privitp_law,
+                                       privitp_law_given_lambda,
+)
 from mechanisms.selection.privbon import PrivBoN
 from mechanisms.selection.privitp import PrivITP, threshold_widths
-from mechanisms.selection.randomness import Randomness, make_rng
+from mechanisms.selection.randomness import NumpyRandomness, as_randomness, make_rng
 from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK, RejectionResult, SelectionResult
 from mechanisms.selection.scores import prepare_scores
 
 __all__ = [
-    "FALLBACKS", "FRESH_PI0", "HALT_FALLBACK", "ITP", "M_RULES", "OutputLaw", "PrivBoN", "PrivITP", "Randomness",
-    "RejectionResult", "SelectionResult", "acceptance_rejection", "best_of_n", "itp_law", "itp_weights",
-    "lambda_hat", "make_rng", "prepare_scores", "privbon_law", "privbon_policy_finite_n", "privbon_policy_limit",
-    "privitp_law", "privitp_law_given_lambda", "threshold_widths",
+    "FALLBACKS", "FRESH_PI0", "HALT_FALLBACK", "ITP", "M_RULES", "NumpyRandomness", "OutputLaw", "PrivBoN",
+    "PrivITP", "RejectionResult", "SelectionResult", "acceptance_rejection", "as_randomness", "best_of_n",
+    "itp_law", "itp_weights", "lambda_hat", "lambda_hat_matrix", "make_rng", "prepare_scores", "privbon_law",
+    "privbon_policy_finite_n", "privbon_policy_limit", "privitp_law", "privitp_law_given_lambda",
+    "threshold_widths",
 ]

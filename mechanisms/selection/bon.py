@@ -1,4 +1,4 @@
-"""BoN: the non-private Best-of-N baseline (spec shared/spec/selection.md §3).
+"""BoN: the non-private Best-of-N baseline.
 
 Guarantee: NONE. The arg-max is a deterministic function of the private scores, so BoN is not
 differentially private; its result carries `record=None` and `privacy_release=False`, and it must never
@@ -18,6 +18,8 @@ import numpy as np
 
 from mechanisms.selection.results import SelectionResult, frozen_array
 from mechanisms.selection.scores import as_score_matrix, prepare_scores
+
+__all__ = ["best_of_n"]
 
 
 def best_of_n(scores, *, r_lo: float | None = None, r_max: float | None = None) -> SelectionResult:

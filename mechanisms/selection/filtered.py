@@ -1,45 +1,49 @@
 """PrivITP under composition: the provable ex-post privacy filter, its replication mode, and the
-basic-composition baselines (spec shared/spec/selection.md §12; proofs in docs/selection.md).
+basic-composition baselines (proofs in docs/selection.md, "Composition and the ex-post filter").
 
 Guarantee.
 * `FilteredPrivITP(params, E, δ_total)` (mode "provable", the default): the whole adaptive interaction —
-  every query answered, truncated or refused — is (E, K_max·δ)-DP, K_max = ⌊δ_total/δ⌋ (§12.3: each query is
-  ex-post (ε1 + ε2(t; λ̃), δ)-DP by §10, and the run-or-refuse rule of §12.2 is applied to Phase 1 and to
-  Phase 2 separately, before each runs). On EVERY transcript the certified realised spend Σ_k ε_k(o_k)
-  is at most E: each charge is the upper end of an Arb ball (`privcheck.accounting`), and a phase runs
-  only if the spend so far plus that phase's certified worst case fits in E.
+  every query answered, truncated or refused — is (E, K_max·δ)-DP, K_max = ⌊δ_total/δ⌋ (each query is
+  ex-post (ε1 + ε2(t; λ̃), δ)-DP, and the run-or-refuse rule is applied to Phase 1 and to Phase 2
+  separately, before each runs). On EVERY transcript the certified realised spend Σ_k ε_k(o_k) is at most
+  E: each charge is the upper end of an Arb ball (`privcheck.accounting.epsilon` of the query's event), and
+  a phase runs only if the spend so far plus that phase's certified worst case fits in E.
 * mode "replication_unsound": the published "run the full query, subtract its realised cost, stop once the
-  budget goes negative, without counting the overshooting query" rule (§12.4). NOT differentially
-  private: whether a query is dropped depends on its private outcome, and the executed queries can spend
-  more than E. Every output carries `provable: False`. Never the default.
-* `BasicCompositionPrivITP(..., variant="heuristic")`: [1]'s baseline, charging
-  ε_max(λ̃) = ε1 + max((n−1)κ + κ_acc, n·κ) at the realised λ̃ (§12.1); labelled `heuristic`,
-  `provable: False` (ε_max at a realised λ̃ is not an ex-ante bound: sup_λ̃ ε2 = ∞).
+  budget goes negative, without counting the overshooting query" rule. NOT differentially private: whether
+  a query is dropped depends on its private outcome, and the executed queries can spend more than E. Every
+  output carries `provable: False`. Never the default.
+* `BasicCompositionPrivITP(..., variant="heuristic")`: the paper's baseline, charging
+  ε_max(λ̃) = ε1 + max((n−1)κ + κ_acc, n·κ) at the realised λ̃; labelled `heuristic`, `provable: False`
+  (ε_max at a realised λ̃ is not an ex-ante bound: sup_λ̃ ε2 = ∞).
   `variant="clamped"`: the provable ex-ante variant: λ̃ is clamped to a public [λ_lo, λ_hi]
   (post-processing of Phase 1) and every query is charged ε1 + sup_{λ̃∈[λ_lo, λ_hi]} max((n−1)κ + κ_acc, nκ),
-  the supremum bounded by certified per-cell bounds (`privitp_kappa_batch`); basic composition then gives
-  (k·ε_max, k·δ)-DP for k answered queries.
+  the supremum bounded by certified per-cell bounds (`privitp_loss_batch` with `log2_step`); basic
+  composition then gives (k·ε_max, k·δ)-DP for k answered queries.
 
 Assumptions: those of PrivITP (docs/selection.md): scores clipped to the public range, Δ a public claim about
 the reward model, all constants public and fixed in advance, Phase-1 and Phase-2 candidate lists drawn
-independently from π0 (two different arrays per query), idealised real-valued noise (§13.6). The queries may
-be chosen adaptively from earlier public outputs.
+independently from π0 (two different arrays per query), idealised real-valued noise. The queries may be
+chosen adaptively from earlier public outputs.
 
-    FILTERED_PRIVITP_QUERY(s1, s2):                                         # mode "provable", §12.3
+    FILTERED_PRIVITP_QUERY(s1, s2):                                         # mode "provable"
       1  if k + 1 > K_max or not admits(ε1, δ): refuse  (public: depends on earlier outputs only)
       2  λ̃ ← λ̂(clip(s1)) + N(0, σ_X²);  charge(ε1, δ);  k ← k + 1
-      3  κ, κ_acc ← certified upper bounds at λ̃ with c = params.threshold_width(λ̃)
-      4  T ← largest T in [1, n] with admits((T − 1)κ + max(κ_acc, κ)), else 0       # binary search
+      3  worst(T) ← certified (T − 1)κ + max(κ_acc, κ) at λ̃  (PrivITPWorstCaseEvent, Phase-2 part)
+      4  T ← largest T in [1, n] with admits(worst(T)), else 0                # binary search
       5  if T = 0: return fresh π0 sample (index FRESH_PI0), Phase 2 not run, cost 0
       6  run Phase 2 on s2[:T] (loop capped at T rounds; fallback after T rejections)
-      7  charge((t − 1)κ + κ_acc if accepted at t else T·κ,  worst case (T − 1)κ + max(κ_acc, κ))
+      7  charge((t − 1)κ + κ_acc if accepted at t else T·κ,  worst(T))
 
+The truncated query of step 6 is a PrivITP query whose Phase 2 has T candidates (κ, κ_acc and ε1 do not
+depend on n), so its realised Phase-2 loss is that of `PrivITPEvent` with `candidates = T`.
 `admits`/`charge` are `privcheck.accounting.ExPostFilter`'s; its invariants (realised ≤ declared worst
 case, admitted before charged) are enforced there and hold on every transcript.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -47,18 +51,28 @@ from fractions import Fraction
 import numpy as np
 from flint import arb
 
+from mechanisms.selection.itp import lambda_hat_matrix
+from mechanisms.selection.privitp import run_phase2
+from mechanisms.selection.randomness import as_randomness
+from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK
+from mechanisms.selection.scores import check_independent, prepare_scores
 from privcheck import validation as v
-from privcheck.accounting.composition import ExPostFilter
-from privcheck.accounting.selection import (PrivITPParams, privitp_kappa, privitp_kappa_batch,
-                                            privitp_phase1_epsilon, privitp_worst_phase2)
+from privcheck.accounting import (
+    ExPostFilter,
+    PrivITPEvent,
+    PrivITPParams,
+    PrivITPPhase1Event,
+    PrivITPWorstCaseEvent,
+    basic_composition,
+    epsilon,
+    privitp_loss_batch,
+)
 from privcheck.errors import InvalidParameter
 from privcheck.numerics.certified import float_up
 
-from mechanisms.selection.itp import _lambda_hat_matrix
-from mechanisms.selection.privitp import _independent, run_phase2
-from mechanisms.selection.randomness import as_randomness
-from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK
-from mechanisms.selection.scores import prepare_scores
+__all__ = ["ANSWERED", "BASIC_VARIANTS", "DROPPED", "FILTER_MODES", "GUARANTEE_EX_ANTE", "GUARANTEE_FILTER",
+           "GUARANTEE_HEURISTIC", "GUARANTEE_UNSOUND", "PHASE2_SKIPPED", "REFUSED", "BasicCompositionPrivITP",
+           "FilteredPrivITP", "QueryOutcome"]
 
 FILTER_MODES = ("provable", "replication_unsound")
 BASIC_VARIANTS = ("heuristic", "clamped")
@@ -124,8 +138,8 @@ def _exact_k_max(delta_total: float, delta: float) -> int:
 
 
 def _release_lambda_tilde(s1: np.ndarray, params: PrivITPParams, gen: np.random.Generator) -> float:
-    """Phase 1: λ̃ = λ̂(s1) + N(0, σ_X²) on already clipped scores [1, n] (the Gaussian mechanism, §6 step 3)."""
-    lam = float(_lambda_hat_matrix(s1, params.beta)[0])
+    """Phase 1: λ̃ = λ̂(s1) + N(0, σ_X²) on already clipped scores [1, n] (the Gaussian mechanism)."""
+    lam = float(lambda_hat_matrix(s1, params.beta)[0])
     return lam + float(gen.normal(0.0, params.sigma_x))
 
 
@@ -136,6 +150,35 @@ def _phase2(s2: np.ndarray, lambda_tilde: float, rounds: int, params: PrivITPPar
     c = params.threshold_width(lambda_tilde)
     first, accepted = run_phase2(s2[:, :rounds], np.array([lambda_tilde]), np.array([c]), params.sigma_z, gen)
     return int(first[0]) + 1 if bool(accepted[0]) else None
+
+
+# The certified losses below are pure functions of public values (the parameters, λ̃, t, T): cached, so that the
+# filter's binary search over T and the repeated construction of equal rules do not recompute them.
+
+@functools.lru_cache(maxsize=4096)
+def _realised_phase2(params: PrivITPParams, lambda_tilde: float, halting_time: int | None, rounds: int) -> float:
+    """Certified Phase-2 loss of a query whose loop was capped at `rounds` and halted at t (None: fallback):
+    (t − 1)κ + κ_acc or rounds·κ, from the event of a PrivITP query with `rounds` Phase-2 candidates."""
+    if rounds != params.candidates:
+        params = dataclasses.replace(params, candidates=rounds)
+    return epsilon(PrivITPEvent(params, lambda_tilde, halting_time)).details["eps2_post"]["value"]
+
+
+@functools.lru_cache(maxsize=4096)
+def _worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int) -> float:
+    """Certified worst Phase-2 loss (rounds − 1)κ + max(κ_acc, κ) with the loop capped at `rounds`."""
+    return epsilon(PrivITPWorstCaseEvent(params, lambda_tilde, rounds)).details["phase2"]
+
+
+@functools.lru_cache(maxsize=64)
+def _clamped_sup(params: PrivITPParams, first: int, last: int, log2_step: int) -> float:
+    """ε1 + max over the cells k·2^s, k = first..last, of the certified per-cell bounds on (n − 1)κ + κ_acc
+    (acceptance at round n) and nκ (fallback): the largest realised loss of a query, over every λ̃ of the cells."""
+    cells = np.arange(first, last + 1, dtype=np.float64) * 2.0 ** log2_step
+    n = params.candidates
+    records = privitp_loss_batch(params, np.concatenate([cells, cells]), [n] * cells.size + [None] * cells.size,
+                                 log2_step=log2_step)
+    return max(r.value for r in records)
 
 
 class _Composed:
@@ -153,12 +196,12 @@ class _Composed:
             raise InvalidParameter("delta_total", delta_total,
                                    f"[params.delta, 1) = [{params.delta}, 1) (at least one Phase-1 release)")
         self.k_max = _exact_k_max(self.delta_total, params.delta)
-        self.eps1 = privitp_phase1_epsilon(params).value      # certified (ε1, δ) of the λ̃ release
+        self.eps1 = epsilon(PrivITPPhase1Event(params)).value   # certified (ε1, δ) of the λ̃ release
         self.phase1_runs = 0
         self.outcomes: list[QueryOutcome] = []
 
     def _scores(self, phase1_scores, phase2_scores) -> tuple[np.ndarray, np.ndarray]:
-        _independent(phase1_scores, phase2_scores)
+        check_independent(phase1_scores, phase2_scores)
         n = self.params.candidates
         out = []
         for name, raw in (("phase1_scores", phase1_scores), ("phase2_scores", phase2_scores)):
@@ -167,7 +210,7 @@ class _Composed:
                 raise InvalidParameter(name, f"array of shape {s.shape}",
                                        f"one prompt's {n} scores (n = params.candidates)")
             out.append(s)
-        _independent(out[0], out[1])
+        check_independent(out[0], out[1])
         return out[0], out[1]
 
     def _label(self, label) -> str:
@@ -197,7 +240,7 @@ class _Composed:
 
 
 class FilteredPrivITP(_Composed):
-    """PrivITP queries under the pure ex-post privacy filter of spec §12.3 (see the module docstring).
+    """PrivITP queries under the pure ex-post privacy filter (see the module docstring).
 
     `budget` is E, `delta_total` the δ budget (K_max = ⌊δ_total/δ⌋ Phase-1 releases). `mode="provable"`
     (default) implements FILTERED_PRIVITP_QUERY; `mode="replication_unsound"` the published
@@ -233,17 +276,17 @@ class FilteredPrivITP(_Composed):
         return self.filter.spent if self.provable else float_up(self._counted)
 
     def rounds_cap(self, lambda_tilde: float) -> int:
-        """T of §12.3 step 4 for the current spend: the largest T in [1, n] whose certified worst Phase-2
+        """T of step 4 for the current spend: the largest T in [1, n] whose certified worst Phase-2
         loss (T − 1)κ + max(κ_acc, κ) the filter admits, or 0. The worst case increases with T: binary search."""
         n = self.params.candidates
 
         def fits(rounds: int) -> bool:
-            return self.filter.admits(privitp_worst_phase2(self.params, lambda_tilde, rounds))
+            return self.filter.admits(_worst_phase2(self.params, lambda_tilde, rounds))
 
+        if fits(n):                     # the common case first: one evaluation
+            return n
         if not fits(1):
             return 0
-        if fits(n):
-            return n
         lo, hi = 1, n                   # fits(lo), not fits(hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -281,36 +324,35 @@ class FilteredPrivITP(_Composed):
         lt = _release_lambda_tilde(s1, p, gen)
         self.filter.charge(f"{label}/phase1", self.eps1, self.eps1, p.delta)
         self.phase1_runs += 1
-        pair = privitp_kappa(p, lt)
         if not self.provable:
-            return self._replication(label, s2, lt, pair, gen)
+            return self._replication(label, s2, lt, gen)
         rounds = self.rounds_cap(lt)
         if rounds == 0:
-            self.filter.refuse(f"{label}/phase2", privitp_worst_phase2(p, lt, 1))
+            self.filter.refuse(f"{label}/phase2", _worst_phase2(p, lt, 1))
             return self._record(label=label, status=PHASE2_SKIPPED, index=FRESH_PI0, halting_time=None,
                                 lambda_tilde=lt, rounds=0, phase1_epsilon=self.eps1, phase2_epsilon=0.0,
                                 worst_case_phase2=None, epsilon=self.eps1, spent_after=self.spent,
                                 provable=True, guarantee=self.guarantee, privacy_release=release,
                                 reason="T = 0: no Phase-2 round fits the remaining budget")
         t = _phase2(s2, lt, rounds, p, gen)
-        worst = privitp_worst_phase2(p, lt, rounds)
+        worst = _worst_phase2(p, lt, rounds)
         # Both are certified upper bounds on the realised loss ((t−1)κ + κ_acc or T·κ ≤ (T−1)κ + max(κ_acc, κ));
         # the minimum guards against a one-ulp difference between the two ball evaluations.
-        realised = min(float_up(pair.phase2_ball(t, rounds)), worst)
+        realised = min(_realised_phase2(p, lt, t, rounds), worst)
         self.filter.charge(f"{label}/phase2", realised, worst)
         return self._record(label=label, status=ANSWERED, index=FRESH_PI0 if t is None else t - 1,
                             halting_time=HALT_FALLBACK if t is None else t, lambda_tilde=lt, rounds=rounds,
                             phase1_epsilon=self.eps1, phase2_epsilon=realised, worst_case_phase2=worst,
-                            epsilon=float_up(arb(self.eps1) + arb(realised)), spent_after=self.spent,
+                            epsilon=basic_composition([self.eps1, realised])[0], spent_after=self.spent,
                             provable=True, guarantee=self.guarantee, privacy_release=release,
                             reason=None if rounds == p.candidates else f"truncated at T = {rounds} < n")
 
-    def _replication(self, label, s2, lt, pair, gen) -> QueryOutcome:
+    def _replication(self, label, s2, lt, gen) -> QueryOutcome:
         """The published rule: full query, subtract the realised cost, drop the query that overshoots."""
         n = self.params.candidates
         t = _phase2(s2, lt, n, self.params, gen)
-        realised = float_up(pair.phase2_ball(t, n))
-        worst = privitp_worst_phase2(self.params, lt, n)
+        realised = _realised_phase2(self.params, lt, t, n)
+        worst = _worst_phase2(self.params, lt, n)
         self.filter.charge(f"{label}/phase2", realised, worst)   # unsound mode: no invariant enforced
         total = arb(self.eps1) + arb(realised)
         counted = self._counted + total
@@ -334,16 +376,16 @@ class FilteredPrivITP(_Composed):
                 "phase1_runs": self.phase1_runs, "eps1": self.eps1, "spent": self.spent,
                 "counted_spent": self.counted_spent, "counts": self._counts(),
                 "guarantee_statement": (f"({self.budget}, {self.k_max}·{self.params.delta})-DP over the whole "
-                                        "interaction (spec §12.3)") if self.provable else
-                "NOT differentially private: replication of the charge-after-run rule (spec §12.4)",
+                                        "interaction (ex-post filter)") if self.provable else
+                "NOT differentially private: replication of the charge-after-run rule",
                 "params": self.params.to_json(), "filter": self.filter.to_json(),
                 "outcomes": [o.to_json() for o in self.outcomes]}
 
 
 class BasicCompositionPrivITP(_Composed):
-    """The basic-composition baselines of spec §12.1 for a stream of PrivITP queries (full n rounds each).
+    """The basic-composition baselines for a stream of PrivITP queries (full n rounds each).
 
-    * `variant="heuristic"` ([1]'s baseline; `provable: False`, labelled "heuristic"): after Phase 1, the
+    * `variant="heuristic"` (the paper's baseline; `provable: False`, labelled "heuristic"): after Phase 1, the
       query is charged ε_max(λ̃) = ε1 + max((n−1)κ + κ_acc, n·κ) at the realised λ̃; queries are answered while
       the charges fit in E (⌊E/ε_max⌋ when ε_max is constant), the first one that does not fit is not
       answered (its Phase-1 release is not charged: a heuristic) and ends the run.
@@ -404,27 +446,21 @@ class BasicCompositionPrivITP(_Composed):
         step = 2.0 ** log2_step
         first, last = math.floor(lo / step), math.floor(hi / step)
         # Every cell must lie where c = r_max + σ_Z·L − λ̃ is unclamped (with a margin far above the float
-        # rounding of c), so that privitp_kappa_batch bounds κ and κ_acc over the WHOLE cell.
+        # rounding of c), so that the per-cell bounds of privitp_loss_batch hold over the WHOLE cell.
         top = (last + 1) * step
         scale = abs(p.r_max) + abs(p.sigma_z * p.headroom) + abs(top) + 1.0
         if not p.r_max + p.sigma_z * p.headroom - top > p.c_min + 2.0 ** -40 * scale:
             raise InvalidParameter("lambda_range", self.lambda_range,
                                    f"lambda_hi below the clamp point r_max + σ_Z·L − c_min ≈ "
                                    f"{p.r_max + p.sigma_z * p.headroom - p.c_min:.6g} (minus one grid cell)")
-        cells = np.arange(first, last + 1, dtype=np.float64) * step
-        kappa, kappa_acc = privitp_kappa_batch(p, cells, log2_step=log2_step)
-        n = p.candidates
-        worst = arb(0)
-        for k, ka in zip(kappa.tolist(), kappa_acc.tolist()):
-            worst = worst.max(arb(n - 1) * arb(k) + arb(ka)).max(arb(n) * arb(k))
-        return float_up(arb(self.eps1) + worst)
+        return _clamped_sup(p, first, last, log2_step)
 
     def heuristic_epsilon_max(self, lambda_tilde: float) -> float:
-        """ε1 + max((n−1)κ + κ_acc, n·κ) at the realised λ̃ (certified arithmetic on the certified κ's)."""
-        pair = privitp_kappa(self.params, lambda_tilde)
+        """ε1 + max((n−1)κ + κ_acc, n·κ) at the realised λ̃: the larger of the certified losses of the two
+        worst outcomes (acceptance at round n, the fallback)."""
         n = self.params.candidates
-        worst2 = (arb(n - 1) * pair.kappa_ball + pair.kappa_acc_ball).max(arb(n) * pair.kappa_ball)
-        return float_up(arb(self.eps1) + worst2)
+        return max(epsilon(PrivITPEvent(self.params, lambda_tilde, n)).value,
+                   epsilon(PrivITPEvent(self.params, lambda_tilde, None)).value)
 
     def _refuse(self, label: str, reason: str, lambda_tilde=None) -> QueryOutcome:
         return self._record(label=label, status=REFUSED, index=None, halting_time=None, lambda_tilde=lambda_tilde,
@@ -472,5 +508,5 @@ class BasicCompositionPrivITP(_Composed):
                 "epsilon_max": self.epsilon_max, "lambda_range": self.lambda_range, "counts": self._counts(),
                 "guarantee_statement": (f"(k·{self.epsilon_max}, k·{self.params.delta})-DP for k answered queries "
                                         "(basic composition, λ̃ clamped)") if self.provable else
-                "heuristic: ε_max evaluated at the realised λ̃ is not an ex-ante bound (spec §12.1)",
+                "heuristic: ε_max evaluated at the realised λ̃ is not an ex-ante bound",
                 "params": self.params.to_json(), "outcomes": [o.to_json() for o in self.outcomes]}

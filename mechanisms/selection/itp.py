@@ -3,12 +3,13 @@ and the O(n log n) solver for its normalisation λ̂ that PrivITP's Phase 1 also
 
 Guarantee: NONE for `ITP.select` (every step is a deterministic or public-randomness function of the
 private scores; results carry no record and `privacy_release=False`). For `lambda_hat` the library relies
-on the invariants of spec shared/spec/selection.md §5.3 (proofs in docs/selection.md): bounds
+on the invariants proved in docs/selection.md ("Proof notes: the normalisation λ̂"): bounds
 max(s̄ − β, s_max − nβ) ≤ λ̂ ≤ s_max − β, translation equivariance, monotonicity, and hence
 |λ̂(s) − λ̂(s′)| ≤ ‖s − s′‖_∞ ≤ Δ, the sensitivity that Phase 1 of PrivITP relies on.
 
-Target (§5.1): π_β(y) = π0(y)·relu((r(y) − λ)/β) with E_{π0}[relu((r − λ)/β)] = 1; λ̂ is the root of
-(1/n)·Σ_i relu((s_i − λ)/β) = 1 (§5.2).
+Target: π_β(y) = π0(y)·relu((r(y) − λ)/β) with E_{π0}[relu((r − λ)/β)] = 1 (the maximiser of
+E_π[r] − β·χ²(π‖π0) with χ² = ½E_{π0}[(π/π0 − 1)²]); λ̂ is the unique root of
+(1/n)·Σ_i relu((s_i − λ)/β) = 1.
 
     lambda_hat(s[P, n], β):                                   # O(n log n) per prompt, vectorised
         sort each row descending; λ_k = (Σ_{j≤k} s_(j) − nβ)/k
@@ -24,18 +25,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from mechanisms.selection.randomness import as_randomness
+from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK, RejectionResult, frozen_array
+from mechanisms.selection.scores import as_score_matrix, per_prompt_values, prepare_scores, score_range
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
 
-from mechanisms.selection.randomness import as_randomness
-from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK, RejectionResult, frozen_array
-from mechanisms.selection.scores import as_score_matrix, prepare_scores, score_range
+__all__ = ["FALLBACKS", "ITP", "M_RULES", "fallback_indices", "itp_weights", "lambda_hat", "lambda_hat_matrix"]
 
 M_RULES = ("range", "loose", "max_weight")
 FALLBACKS = ("fresh_pi0", "last_candidate", "uniform_candidate")
 
 
-def _lambda_hat_matrix(s: np.ndarray, beta: float) -> np.ndarray:
+def lambda_hat_matrix(s: np.ndarray, beta: float) -> np.ndarray:
+    """λ̂ per row of an already validated float64 matrix [prompts, n] with β > 0 (no checks: the
+    mechanisms' inner loop; `lambda_hat` is the validating entry point)."""
     prompts, n = s.shape
     desc = np.sort(s, axis=1)[:, ::-1]
     lam = np.cumsum(desc, axis=1)                                   # Σ_{j≤k} s_(j)
@@ -49,14 +53,14 @@ def _lambda_hat_matrix(s: np.ndarray, beta: float) -> np.ndarray:
 
 
 def lambda_hat(scores, beta):
-    """λ̂ solving (1/n)·Σ_i relu((s_i − λ)/β) = 1 for each prompt (spec §5.2).
+    """λ̂ solving (1/n)·Σ_i relu((s_i − λ)/β) = 1 for each prompt.
 
     `scores`: a 1-D array (returns a float) or [prompts, n] (returns an array [prompts]); finite values.
     No clipping is applied here: mechanisms clip before calling it.
     """
     beta = v.positive("beta", beta)
     one_prompt = np.ndim(scores) == 1
-    lam = _lambda_hat_matrix(as_score_matrix(scores), beta)
+    lam = lambda_hat_matrix(as_score_matrix(scores), beta)
     return float(lam[0]) if one_prompt else lam
 
 
@@ -66,19 +70,9 @@ def itp_weights(scores, lambda_hat_value, beta) -> np.ndarray:
     beta = v.positive("beta", beta)
     one_prompt = np.ndim(scores) == 1
     s = as_score_matrix(scores)
-    lam = _per_prompt("lambda_hat", lambda_hat_value, s.shape[0])
+    lam = per_prompt_values("lambda_hat", lambda_hat_value, s.shape[0])
     w = np.maximum((s - lam[:, None]) / beta, 0.0)
     return w[0] if one_prompt else w
-
-
-def _per_prompt(name: str, value, prompts: int) -> np.ndarray:
-    """A scalar or a length-`prompts` vector of finite reals, as a float64 vector."""
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim == 0:
-        arr = np.full(prompts, float(arr))
-    if arr.shape != (prompts,) or not np.all(np.isfinite(arr)):
-        raise InvalidParameter(name, value, f"a finite real or a vector of {prompts} finite reals")
-    return arr
 
 
 def fallback_indices(fallback: str, accepted: np.ndarray, first: np.ndarray, n: int,
@@ -95,10 +89,11 @@ def fallback_indices(fallback: str, accepted: np.ndarray, first: np.ndarray, n: 
 
 
 class ITP:
-    """Non-private InferenceTimePessimism (spec §5). See the module docstring.
+    """Non-private InferenceTimePessimism. See the module docstring.
 
-    `M`: "range" (default, (r_max − λ̂)/β), "loose" (1 + (r_max − r_lo)/β, which is the spec's
-    1 + R_max/β at r_lo = 0) or "max_weight" (max_i w_i, replication only: the arg-max is always accepted).
+    `M`: "range" (default, (r_max − λ̂)/β, a bound on every weight since s ≤ r_max), "loose"
+    (1 + (r_max − r_lo)/β, also a bound since λ̂ ≥ r_lo − β) or "max_weight" (max_i w_i, replication only:
+    the arg-max is always accepted, so the fallback never fires).
     `fallback`: "fresh_pi0" (default; index FRESH_PI0 = −1), "last_candidate", "uniform_candidate".
     """
 
@@ -124,7 +119,7 @@ class ITP:
     def select(self, scores, rng=None, phase2_scores=None) -> RejectionResult:
         """λ̂ from `scores`, rejection sampling over `phase2_scores` (default: the same candidates)."""
         s = prepare_scores(scores, self.r_lo, self.r_max, clip=self.clip)
-        lam = _lambda_hat_matrix(s, self.beta)
+        lam = lambda_hat_matrix(s, self.beta)
         s2 = s if phase2_scores is None else prepare_scores(phase2_scores, self.r_lo, self.r_max,
                                                             clip=self.clip, name="phase2_scores")
         if s2.shape[0] != s.shape[0]:

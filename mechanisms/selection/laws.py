@@ -1,22 +1,23 @@
-"""Exact output laws of the selection mechanisms (spec shared/spec/selection.md §4.4, §5.4, §7, §14).
+"""Exact output laws of the selection mechanisms (derivations in docs/selection.md, "Exact output laws").
 
 Guarantee: these are the mechanisms' exact output distributions (up to float64 rounding; no Monte Carlo
 over the noise), used by the utility studies and by the tests that check each sampler against its law.
 They are NOT accountants: they make no privacy claim and their float values are never certified bounds.
 Proofs of the formulas: docs/selection.md.
 
-    privbon_law(s, σ)                     P(i) = softmax(s/σ)_i                                  (§4.2)
+    privbon_law(s, σ)                     P(i) = softmax(s/σ)_i                   (Gumbel-max = softmax)
     privbon_policy_finite_n(π0, r, n, σ)  P(y) = n·π0(y)·E[e^{r(y)/σ}/(e^{r(y)/σ} + Σ_{j≥2} e^{r(Y_j)/σ})]
-                                          by enumerating the multinomial counts of Y_2..Y_n     (§4.4)
+                                          by enumerating the multinomial counts of Y_2..Y_n
     privbon_policy_limit(π0, r, σ)        π0(y)·e^{r(y)/σ}/E_{π0}[e^{r/σ}]                       (n → ∞)
     itp_law(s, β, λ̂, M)                   a_i = min(1, relu((s_i − λ̂)/β)/M);
-                                          P(t = i) = Π_{j<i}(1 − a_j)·a_i,  P(⊥) = Π_j (1 − a_j) (§5.4)
+                                          P(t = i) = Π_{j<i}(1 − a_j)·a_i,  P(⊥) = Π_j (1 − a_j)
     privitp_law_given_lambda(s′, λ̃, θ)    the same products with a_i = P_acc(s′_i; λ̃), c = θ.threshold_width(λ̃)
     privitp_law(s′, λ̂, θ, nodes=96)       E_{λ̃ ~ N(λ̂, σ_X²)}[law given λ̃], the average taken OUTSIDE the
-                                          product (§14, pitfall §16.7): Gauss–Hermite, or composite
-                                          Gauss–Legendre split at the kink of the clamp c = max(·, c_min)
+                                          product (averaging per-round probabilities first would ignore
+                                          the correlation through the shared λ̃): Gauss–Hermite, or
+                                          composite Gauss–Legendre split at the kink of c = max(·, c_min)
 
-P_acc(r) = (σ_Z/c)·[G((r − λ̃)/σ_Z) − G((r − λ̃ − c)/σ_Z)], G(u) = uΦ(u) + φ(u) (§7). It is evaluated
+P_acc(r) = (σ_Z/c)·[G((r − λ̃)/σ_Z) − G((r − λ̃ − c)/σ_Z)], G(u) = uΦ(u) + φ(u). It is evaluated
 stably: G(−v) = φ(v)·(1 − v·m(v)) with the Mills ratio m(v) = √(π/2)·erfcx(v/√2) for v ≥ 0 and
 G(v) = v + G(−v); the smaller of P_acc and P_rej is computed directly and the other as its complement;
 for c/σ_Z < 1e−3 the exact mean of Φ over the threshold interval is replaced by its midpoint expansion
@@ -32,12 +33,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erfcx, gammaln, logsumexp, ndtr, xlogy
 
+from mechanisms.selection.scores import as_score_matrix, per_prompt_values, prepare_scores
 from privcheck import validation as v
 from privcheck.accounting.selection import PrivITPParams
 from privcheck.errors import InvalidParameter
 
-from mechanisms.selection.itp import _per_prompt
-from mechanisms.selection.scores import as_score_matrix, prepare_scores
+__all__ = ["OutputLaw", "acceptance_rejection", "itp_law", "privbon_law", "privbon_policy_finite_n",
+           "privbon_policy_limit", "privitp_law", "privitp_law_given_lambda"]
 
 _SQRT_HALF_PI = math.sqrt(math.pi / 2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -82,7 +84,7 @@ def _pi0(pi0_probs, values) -> tuple[np.ndarray, np.ndarray]:
 
 
 def privbon_policy_finite_n(pi0_probs, values, n, sigma) -> np.ndarray:
-    """Exact PrivBoN policy over the K responses of a small discrete π0 with n candidates (§4.4).
+    """Exact PrivBoN policy over the K responses of a small discrete π0 with n candidates.
 
     `values` are the responses' (clipped) scores. Enumerates the C(n+K−2, K−1) count vectors of the other
     n − 1 candidates (refused above 2·10⁶). Duplicates of the output response are handled exactly.
@@ -106,7 +108,7 @@ def privbon_policy_finite_n(pi0_probs, values, n, sigma) -> np.ndarray:
 
 
 def privbon_policy_limit(pi0_probs, values, sigma) -> np.ndarray:
-    """n → ∞ limit π_σ(y) = π0(y)·e^{r(y)/σ}/E_{π0}[e^{r/σ}] (the KL-regularised optimum, §4.4)."""
+    """n → ∞ limit π_σ(y) = π0(y)·e^{r(y)/σ}/E_{π0}[e^{r/σ}] (the maximiser of E_π[r] − σ·KL(π‖π0))."""
     pi0, r = _pi0(pi0_probs, values)
     sigma = v.positive("sigma", sigma)
     logw = xlogy(1.0, pi0) + r / sigma
@@ -127,8 +129,8 @@ def itp_law(scores, beta, lambda_hat, M) -> OutputLaw:
     beta = v.positive("beta", beta)
     one_prompt = np.ndim(scores) == 1
     s = as_score_matrix(scores)
-    lam = _per_prompt("lambda_hat", lambda_hat, s.shape[0])
-    m = _per_prompt("M", M, s.shape[0])
+    lam = per_prompt_values("lambda_hat", lambda_hat, s.shape[0])
+    m = per_prompt_values("M", M, s.shape[0])
     if np.any(m <= 0):
         raise InvalidParameter("M", M, "(0, inf)")
     acc = np.minimum(np.maximum((s - lam[:, None]) / beta, 0.0) / m[:, None], 1.0)
@@ -200,14 +202,14 @@ def _phase2_matrix(phase2_scores, params: PrivITPParams) -> np.ndarray:
 
 
 def privitp_law_given_lambda(phase2_scores, lambda_tilde, params: PrivITPParams) -> OutputLaw:
-    """Exact law of PrivITP's Phase 2 given the released λ̃ (scalar or one per prompt), §7 and §14.
+    """Exact law of PrivITP's Phase 2 given the released λ̃ (scalar or one per prompt).
 
     Scores are clipped to the public range as the mechanism does; c = params.threshold_width(λ̃).
     `acceptance` holds the per-round P_acc.
     """
     one_prompt = np.ndim(phase2_scores) == 1
     s = _phase2_matrix(phase2_scores, params)
-    lt = _per_prompt("lambda_tilde", lambda_tilde, s.shape[0])
+    lt = per_prompt_values("lambda_tilde", lambda_tilde, s.shape[0])
     with np.errstate(divide="ignore"):
         probs, fb, acc = _given_lambda(s, lt, params)
     return _squeeze(OutputLaw(probs, fb, acc), one_prompt)
@@ -234,10 +236,10 @@ def privitp_law(phase2_scores, lambda_hat, params: PrivITPParams, nodes: int = 9
                 method: str = "auto") -> OutputLaw:
     """Exact law of PrivITP given the Phase-1 λ̂ (scalar or one per prompt) and the Phase-2 scores:
     the law given λ̃ averaged over λ̃ ~ N(λ̂, σ_X²). The average is taken over the whole sequential law
-    (outside the product over rounds), never over the per-round acceptance probabilities (§14, §16.7).
+    (outside the product over rounds), never over the per-round acceptance probabilities.
 
     `method`:
-    * "gauss_hermite": `nodes`-point Gauss–Hermite (§14). Accurate when the law is smooth in λ̃ over the
+    * "gauss_hermite": `nodes`-point Gauss–Hermite. Accurate when the law is smooth in λ̃ over the
       Gaussian's support.
     * "split": composite Gauss–Legendre (order 10, panels of width ≤ min(1, σ_Z/σ_X) on [−13σ_X, 13σ_X])
       with a panel edge at the kink λ̃* = r_max + σ_Z·L − c_min where the clamp c = max(·, c_min) starts
@@ -250,7 +252,7 @@ def privitp_law(phase2_scores, lambda_hat, params: PrivITPParams, nodes: int = 9
         raise InvalidParameter("method", method, "'auto', 'gauss_hermite' or 'split'")
     one_prompt = np.ndim(phase2_scores) == 1
     s = _phase2_matrix(phase2_scores, params)
-    lam = _per_prompt("lambda_hat", lambda_hat, s.shape[0])
+    lam = per_prompt_values("lambda_hat", lambda_hat, s.shape[0])
     kinks = (params.r_max + params.sigma_z * params.headroom - params.c_min - lam) / params.sigma_x
     if method == "auto":
         method = "gauss_hermite" if np.all(np.abs(kinks) > 13.0) else "split"

@@ -1,29 +1,28 @@
 """PrivBoN: private Best-of-N by Gumbel-max (= softmax = exponential mechanism).
 
-Guarantee (spec shared/spec/selection.md §4; proofs in docs/selection.md): with scores clipped to the
-public range [r_lo, r_max] and score sensitivity Δ ≤ r_max − r_lo, one query with n candidates and Gumbel
-scale σ is ε-DP with
+Guarantee (proofs in docs/selection.md, "PrivBoN"): with scores clipped to the public range [r_lo, r_max]
+and score sensitivity Δ ≤ r_max − r_lo, one query with n candidates and Gumbel scale σ is ε-DP with
 
     ε_BoN(n) = log(1 + (n−1)e^{R/σ}) − log(1 + (n−1)e^{(R−2Δ)/σ}) ≤ 2Δ/σ,   R = r_max − r_lo,
 
 (mode "exact", the default) or the nominal ε = 2Δ/σ (mode "nominal", as in Bhattad & Ray Chowdhury).
 The loss is the same for every output, so ex-post and ex-ante coincide. A batch of P prompts is P
 queries; the record gives the per-query ε and the basic-composition total P·ε (certified sums).
-The ε always comes from `privcheck.accounting.privbon_epsilon`; this module never computes one.
+The ε always comes from `privcheck.accounting.epsilon(PrivBoNEvent(...))`; this module never computes one.
 
 Assumptions: Δ is a public claim about the reward model (not verified); r_lo, r_max, Δ, σ are public and
 fixed before any score is seen; candidates are drawn from π0 independently of the data; noise is the
-idealised real-valued Gumbel (numpy's sampler; floating-point gap documented in §13.6).
+idealised real-valued Gumbel (numpy's sampler; the floating-point gap is discussed in docs/selection.md).
 
     PrivBoN(Δ, σ, r_max).select(scores[P, n], rng):
         s ← clip(scores, r_lo, r_max)                         # 1-Lipschitz: sensitivity stays Δ
         gumbel : i* = argmax_i (s_i + g_i),  g_i = −σ·log(−log U_i),  U_i ~ Unif(0, 1) open
         softmax: log p = s/σ − logsumexp(s/σ);  i* = inverse CDF of p at one uniform draw
-        return i*[P], privbon_epsilon(Δ, σ, candidates=n, r_max, r_lo, mode) (+ queries = P)
+        return i*[P], epsilon(PrivBoNEvent(Δ, σ, candidates=n, r_max, r_lo, mode)) (+ queries = P)
 
 Sampler note: `numpy.random.Generator.gumbel` computes loc − scale·log(−log U) with U = 1 − next_double
 in (0, 1] and rejects U = 1 (numpy/random/src/distributions/distributions.c, `random_gumbel`), so U lies
-in the open interval (0, 1): it is exactly the spec's Gumbel form, with the U = 0 guard built in.
+in the open interval (0, 1): it is exactly the Gumbel form above, with the U = 0 guard built in.
 """
 
 from __future__ import annotations
@@ -33,15 +32,14 @@ import dataclasses
 import numpy as np
 from scipy.special import logsumexp
 
-from privcheck import validation as v
-from privcheck.accounting.composition import basic_composition
-from privcheck.accounting.records import AccountingRecord
-from privcheck.accounting.selection import privbon_epsilon, privbon_sigma
-from privcheck.errors import InvalidParameter
-
 from mechanisms.selection.randomness import as_randomness
 from mechanisms.selection.results import SelectionResult
 from mechanisms.selection.scores import prepare_scores, score_range
+from privcheck import validation as v
+from privcheck.accounting import AccountingRecord, PrivBoNEvent, basic_composition, epsilon, privbon_sigma
+from privcheck.errors import InvalidParameter
+
+__all__ = ["MODES", "SAMPLERS", "PrivBoN"]
 
 SAMPLERS = ("gumbel", "softmax")
 MODES = ("exact", "nominal")
@@ -52,8 +50,8 @@ class PrivBoN:
 
     Parameters: `sensitivity` Δ in (0, r_max − r_lo]; `sigma` σ > 0 (Gumbel scale = softmax temperature);
     `r_max`, `r_lo` the public score range; `mode` "exact" (ε_BoN(n)) or "nominal" (2Δ/σ); `sampler`
-    "gumbel" (default, fastest) or "softmax" (same law, §4.2); `clip` False makes out-of-range scores an
-    error instead of clipping them.
+    "gumbel" (default, fastest) or "softmax" (the same law: Gumbel-max samples the softmax); `clip` False
+    makes out-of-range scores an error instead of clipping them.
     """
 
     def __init__(self, sensitivity, sigma, r_max, r_lo=0.0, mode: str = "exact", sampler: str = "gumbel",
@@ -93,13 +91,17 @@ class PrivBoN:
         return {"sensitivity": self.sensitivity, "sigma": self.sigma, "r_lo": self.r_lo, "r_max": self.r_max,
                 "mode": self.mode, "sampler": self.sampler, "clip": self.clip}
 
+    def event(self, candidates: int) -> PrivBoNEvent:
+        """The accounting event of one query with `candidates` candidates."""
+        return PrivBoNEvent(self.sensitivity, self.sigma, candidates=v.count("candidates", candidates),
+                            r_max=self.r_max, r_lo=self.r_lo, mode=self.mode)
+
     def epsilon_record(self, candidates: int, prompts: int = 1) -> AccountingRecord:
         """The accounting record of `prompts` queries with `candidates` candidates each (cached)."""
         key = (v.count("candidates", candidates), v.count("prompts", prompts))
         rec = self._records.get(key)
         if rec is None:
-            base = privbon_epsilon(self.sensitivity, self.sigma, candidates=key[0], r_max=self.r_max,
-                                   r_lo=self.r_lo, mode=self.mode)
+            base = epsilon(self.event(key[0]))
             total, _ = basic_composition([base.value] * key[1])
             rec = dataclasses.replace(base, details={
                 **base.details, "queries": key[1], "per_query_epsilon": base.value, "composition": "basic",
@@ -110,7 +112,8 @@ class PrivBoN:
     def select(self, scores, rng=None) -> SelectionResult:
         """One PrivBoN query per prompt: `scores` is [prompts, n] (1-D = one prompt).
 
-        `rng`: None (fresh OS entropy), a `Randomness` from `make_rng`, a seed, or a numpy Generator.
+        `rng`: None (fresh OS entropy), a `NumpyRandomness` from `make_rng`, a `RandomnessPolicy`, a seed, or a
+        numpy Generator.
         Returns `SelectionResult(indices[P], record, randomness_mode, privacy_release)`.
         """
         s = prepare_scores(scores, self.r_lo, self.r_max, clip=self.clip)

@@ -1,68 +1,54 @@
 """PrivITP: private InferenceTimePessimism (Bhattad & Ray Chowdhury), two phases on independent batches.
 
-Guarantee (spec shared/spec/selection.md §6–§10; proofs in docs/selection.md): one query that releases
-λ̃ and halts at round t (t = ⊥ for the fallback) is ex-post (ε, δ)-DP with
+Guarantee (proofs in docs/selection.md, "PrivITP" and "Proof notes"): one query that releases λ̃ and halts
+at round t (t = ⊥ for the fallback) is ex-post (ε, δ)-DP with
 
     ε(λ̃, t) = ε1 + ε2(t; λ̃),   ε2(t) = (t − 1)·κ(λ̃) + κ_acc(λ̃),   ε2(⊥) = n·κ(λ̃),
 
 ε1 the analytic-Gaussian cost of releasing λ̃ = λ̂ + N(0, σ_X²) at sensitivity Δ (λ̂ has sensitivity
-≤ Δ, §5.3) and κ, κ_acc the certified Phase-2 costs at the mechanism's own threshold width
+≤ Δ) and κ, κ_acc the certified Phase-2 costs at the mechanism's own threshold width
 c = `PrivITPParams.threshold_width(λ̃)` = max(r_max + σ_Z·L − λ̃, c_min). Every ε comes from
-`privcheck.accounting.privitp_loss` (one record per prompt); this module never computes one. λ̂ itself
-is private and is never returned.
+`privcheck.accounting.epsilon(PrivITPEvent(params, λ̃, t))` (one record per prompt); this module never
+computes one. λ̂ itself is private and is never returned.
 
 Assumptions: Δ is a public claim about the reward model (not verified); every constant in
 `PrivITPParams` is public and fixed in advance; the Phase-1 and Phase-2 candidate lists are independent
 draws from π0 (the caller supplies their scores as two DIFFERENT arrays: sharing memory raises); noise
-is idealised real-valued (numpy samplers, §13.6).
+is idealised real-valued (numpy samplers; see docs/selection.md, "Gaps").
 
     PrivITP(params).select(phase1[P, n], phase2[P, n], rng):
         s  ← clip(phase1);  λ̂ ← lambda_hat(s, β);  λ̃ ← λ̂ + N(0, σ_X²)          # Phase 1
         c  ← params.threshold_width(λ̃);  M = c/β
         s′ ← clip(phase2);  r̃_i = s′_i + Z_i,  Z_i ~ N(0, σ_Z²);  U_i ~ Unif[0, 1)  # Phase 2
-        accept at the first i with U_i < min(1, relu((r̃_i − λ̃)/β)/M)  ⇔  c·U_i < r̃_i − λ̃   (§7)
+        accept at the first i with U_i < min(1, relu((r̃_i − λ̃)/β)/M)  ⇔  c·U_i < r̃_i − λ̃
         none accepted → fallback (FRESH_PI0 = −1: the caller draws a fresh π0 sample), t = ⊥
-        records: privitp_loss(params, λ̃, t or None) per prompt
+        records: epsilon(PrivITPEvent(params, λ̃, t or None)) per prompt
 
 Implementation: Z and U are drawn for whole [prompts, rounds] blocks and the first acceptance is the
 arg-max of the boolean acceptance matrix; blocks of rounds grow geometrically and only prompts that have
 not accepted yet draw the next block (rounds after the halting round are independent of the output, so
 skipping them leaves the law unchanged). The acceptance test uses the equivalent randomised-threshold form
-c·U_i < r̃_i − λ̃ of §7, which avoids the division by M.
+c·U_i < r̃_i − λ̃ (docs/selection.md, "Proof notes: the randomised threshold"), which avoids the
+division by M.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from privcheck.accounting.records import AccountingRecord
-from privcheck.accounting.selection import PrivITPParams, privitp_loss
-from privcheck.errors import InvalidParameter
-
-from mechanisms.selection.itp import FALLBACKS, _lambda_hat_matrix, fallback_indices
+from mechanisms.selection.itp import FALLBACKS, fallback_indices, lambda_hat_matrix
 from mechanisms.selection.randomness import as_randomness
 from mechanisms.selection.results import HALT_FALLBACK, RejectionResult, frozen_array
-from mechanisms.selection.scores import prepare_scores
+from mechanisms.selection.scores import check_independent, prepare_scores
+from privcheck.accounting import AccountingRecord, PrivITPEvent, PrivITPParams, epsilon
+from privcheck.errors import InvalidParameter
+
+__all__ = ["PrivITP", "run_phase2", "threshold_widths"]
 
 # Prompts per block in Phase 2 are chosen so that one block holds about this many candidates
 # (two float64 temporaries of 8 MiB each: stays cache- and memory-friendly for any batch size).
 _BLOCK_CANDIDATES = 1 << 20
 _FIRST_WIDTH = 32
-
-
-def _independent(phase1, phase2) -> None:
-    """Phase 2 must not reuse Phase-1 candidates (§6 [Req], §16.6): reject aliasing inputs."""
-    if phase1 is phase2:
-        raise InvalidParameter("phase2_scores", "the same object as phase1_scores",
-                               "scores of a fresh, independent Phase-2 batch (a different array)")
-    if isinstance(phase1, np.ndarray) and isinstance(phase2, np.ndarray):
-        try:
-            shared = np.shares_memory(phase1, phase2, max_work=1 << 20)
-        except np.exceptions.TooHardError:  # undecided: fail closed
-            shared = True
-        if shared:
-            raise InvalidParameter("phase2_scores", "an array sharing memory with phase1_scores",
-                                   "scores of a fresh, independent Phase-2 batch (separate memory)")
 
 
 def threshold_widths(params: PrivITPParams, lambda_tilde: np.ndarray) -> np.ndarray:
@@ -79,8 +65,8 @@ def run_phase2(phase2: np.ndarray, lambda_tilde: np.ndarray, c: np.ndarray, sigm
     Rounds are processed in column blocks of geometrically growing width (32, 64, 128, ...) for the
     prompts that have not accepted yet; Z and U are drawn for a whole block and the first acceptance is
     the arg-max of the boolean acceptance matrix. Rounds after a prompt's halting round are never drawn:
-    they cannot influence the output (spec §6: "rewards may be evaluated lazily"), so the output law is
-    exactly that of the sequential loop.
+    they cannot influence the output (later rewards may be evaluated lazily, or never), so the output law
+    is exactly that of the sequential loop.
     Internal building block: it is private only when λ̃ is Phase 1's release and `phase2` a fresh batch.
     """
     prompts, n = phase2.shape
@@ -118,7 +104,7 @@ class PrivITP:
     """Private ITP with the public constants `params` (see the module docstring).
 
     `fallback`: "fresh_pi0" (default; index FRESH_PI0 = −1, the caller returns a fresh π0 sample),
-    "last_candidate" or "uniform_candidate" (replication only, spec §18.6). Every fallback is charged n·κ.
+    "last_candidate" or "uniform_candidate" (replication only). Every fallback is charged n·κ.
     `clip=False` makes out-of-range scores an error instead of clipping them.
     """
 
@@ -138,11 +124,15 @@ class PrivITP:
                                    f"[prompts, {self.params.candidates}] (n = params.candidates per phase)")
         return s
 
+    def event(self, lambda_tilde: float, halting_time: int | None) -> PrivITPEvent:
+        """The accounting event of one query that released λ̃ and halted at t (None: the fallback)."""
+        return PrivITPEvent(self.params, lambda_tilde, halting_time)
+
     def account(self, lambda_tilde, halting_times) -> tuple[AccountingRecord, ...]:
-        """One ex-post `privitp_loss` record per prompt (halting time 0 = fallback → None)."""
+        """One ex-post record `epsilon(PrivITPEvent(...))` per prompt (halting time 0 = fallback → None)."""
         lts = np.asarray(lambda_tilde, dtype=np.float64).ravel()
         ts = np.asarray(halting_times).ravel()
-        return tuple(privitp_loss(self.params, lt, int(t) if t != HALT_FALLBACK else None)
+        return tuple(epsilon(self.event(lt, int(t) if t != HALT_FALLBACK else None))
                      for lt, t in zip(lts.tolist(), ts.tolist()))
 
     def select(self, phase1_scores, phase2_scores, rng=None, *, account: bool = True) -> RejectionResult:
@@ -153,17 +143,17 @@ class PrivITP:
         result then has `records=None` and `privacy_release=False` (compute the records with `account(...)`
         before releasing anything).
         """
-        _independent(phase1_scores, phase2_scores)
+        check_independent(phase1_scores, phase2_scores)
         s1 = self._scores(phase1_scores, "phase1_scores")
         s2 = self._scores(phase2_scores, "phase2_scores")
-        _independent(s1, s2)   # catches array-likes that resolve to the same buffer
+        check_independent(s1, s2)   # catches array-likes that resolve to the same buffer
         if s1.shape[0] != s2.shape[0]:
             raise InvalidParameter("phase2_scores", f"array of shape {s2.shape}",
                                    f"{s1.shape[0]} prompts (as many as phase1_scores)")
         rand = as_randomness(rng)
         gen, p = rand.generator, self.params
         # Phase 1: private normalisation.
-        lam_tilde = _lambda_hat_matrix(s1, p.beta)
+        lam_tilde = lambda_hat_matrix(s1, p.beta)
         lam_tilde += gen.normal(0.0, p.sigma_x, size=lam_tilde.shape)
         c = threshold_widths(p, lam_tilde)
         # Phase 2: randomised-threshold rejection sampling on the fresh batch.

@@ -5,8 +5,10 @@ output (`privacy_release`: True only for OS-entropy randomness and a private mec
 conventions (shared by every mechanism, documented in docs/selection.md):
 
 * `indices[p]` is the 0-based position of the selected candidate in prompt p's (Phase-2) list;
-* `FRESH_PI0 = -1` means "the fallback fired and the caller must return a fresh π0 sample"
-  (PrivITP/ITP with fallback "fresh_pi0", spec §5.4/§6 step 10);
+* `__all__ = ["FRESH_PI0", "HALT_FALLBACK", "RejectionResult", "SelectionResult", "frozen_array"]
+
+FRESH_PI0 = -1` means "the fallback fired and the caller must return a fresh π0 sample"
+  (PrivITP/ITP with fallback "fresh_pi0");
 * `halting_times[p]` is the 1-based acceptance round t of ITP/PrivITP, and `HALT_FALLBACK = 0` encodes
   t = ⊥ (nothing accepted); the matching accounting call uses `halting_time=None`.
 """
@@ -19,11 +21,14 @@ import numpy as np
 
 from privcheck.accounting.records import AccountingRecord
 
+__all__ = ["FRESH_PI0", "HALT_FALLBACK", "RejectionResult", "SelectionResult", "frozen_array"]
+
 FRESH_PI0 = -1
 HALT_FALLBACK = 0
 
 
 def frozen_array(x, dtype=None) -> np.ndarray:
+    """A read-only copy of `x` (results are frozen: a caller cannot edit a released output in place)."""
     a = np.array(x, dtype=dtype, copy=True)
     a.flags.writeable = False
     return a
@@ -67,7 +72,7 @@ class RejectionResult:
     * `accepted`: halting_times > 0;
     * `lambda_tilde`: PrivITP's released noisy normalisation λ̃ (for ITP, the non-private λ̂);
     * `threshold_width`: c = βM per prompt (PrivITP: `PrivITPParams.threshold_width(λ̃)`);
-    * `records`: one ex-post `privitp_loss` record per prompt (None for ITP, or with `account=False`).
+    * `records`: one ex-post record per prompt (`epsilon(PrivITPEvent(...))`) (None for ITP, or with `account=False`).
     """
 
     mechanism: str

@@ -1,9 +1,9 @@
 """Score preparation shared by every selection mechanism: validation and clipping to the public range.
 
 Guarantee: the returned scores lie in the public range [r_lo, r_hi]. Clipping x ↦ min(max(x, r_lo), r_hi)
-is 1-Lipschitz, so a score sensitivity Δ before clipping stays at most Δ after it (spec
-shared/spec/selection.md §2, proofs in docs/selection.md). The range is a public constant supplied by the
-caller and never derived from the scores (§16.1).
+is 1-Lipschitz, so a score sensitivity before clipping stays at most that sensitivity after it
+(docs/selection.md, "Setting and public constants"). The range is a public constant supplied by the caller
+and never derived from the scores: a range read off the data would leak it.
 
 Assumptions: the caller's scores are the reward model's outputs on candidates drawn from the public base
 policy π0; the library cannot check the claimed sensitivity Δ.
@@ -15,6 +15,9 @@ policy π0; the library cannot check the claimed sensitivity Δ.
             clip=True  → a clipped private copy (the caller's array is never modified)
             clip=False → InvalidParameter naming the range
         return x read-only
+
+The per-prompt vector check and the independent-batch check of PrivITP's two phases live here too, so that
+every mechanism and law validates its inputs the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import numpy as np
 
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
+
+__all__ = ["as_score_matrix", "check_independent", "per_prompt_values", "prepare_scores", "score_range"]
 
 
 def score_range(r_lo, r_hi) -> tuple[float, float]:
@@ -83,3 +88,32 @@ def prepare_scores(scores, r_lo, r_hi, clip: bool = True, name: str = "scores") 
     out = np.clip(x, lo, hi)  # a fresh array: the caller's scores are never modified
     out.flags.writeable = False
     return out
+
+
+def per_prompt_values(name: str, value, prompts: int) -> np.ndarray:
+    """A scalar or a length-`prompts` vector of finite reals, as a float64 vector (one value per prompt)."""
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(prompts, float(arr))
+    if arr.shape != (prompts,) or not np.all(np.isfinite(arr)):
+        raise InvalidParameter(name, value, f"a finite real or a vector of {prompts} finite reals")
+    return arr
+
+
+def check_independent(phase1, phase2) -> None:
+    """PrivITP's Phase 2 must run on a fresh candidate batch, never on Phase 1's: reject aliasing inputs.
+
+    Reusing the Phase-1 candidates would make the Phase-2 outcome depend on the scores behind λ̃ a second
+    time, which the per-query guarantee does not cover (docs/selection.md, "PrivITP").
+    """
+    if phase1 is phase2:
+        raise InvalidParameter("phase2_scores", "the same object as phase1_scores",
+                               "scores of a fresh, independent Phase-2 batch (a different array)")
+    if isinstance(phase1, np.ndarray) and isinstance(phase2, np.ndarray):
+        try:
+            shared = np.shares_memory(phase1, phase2, max_work=1 << 20)
+        except np.exceptions.TooHardError:  # undecided: fail closed
+            shared = True
+        if shared:
+            raise InvalidParameter("phase2_scores", "an array sharing memory with phase1_scores",
+                                   "scores of a fresh, independent Phase-2 batch (separate memory)")

@@ -1,11 +1,12 @@
 """The `selection` verification suite (registered with `privcheck verify` through an entry point).
 
-Checks, each against an independent reference: the spec's printed reference values (selection.md §17,
-O-1…O-8), properties that follow from the theorems (λ̂ equivariance, monotonicity and sensitivity; P_acc +
-P_rej = 1; κ, κ_acc ≥ 0; ε2 affine in t; ε_BoN(n) ≤ 2Δ/σ and increasing in n), tightness (the extremal
-neighbour pair attains each bound, random pairs stay below, by exact output laws), Monte-Carlo agreement
-of every sampler with its exact law (seeded; exact binomial tests, false failure ≤ 1e-6 per check), and
-the ex-post filter on an adversarial transcript. Seeded randomness: not a privacy release.
+Checks, each against an independent reference: the reference values O-1…O-8 of docs/selection.md
+("Reference values"), properties that follow from the theorems (λ̂ equivariance, monotonicity and
+sensitivity; P_acc + P_rej = 1; κ, κ_acc ≥ 0; ε2 affine in t; ε_BoN(n) ≤ 2Δ/σ and increasing in n),
+tightness (the extremal neighbour pair attains each bound, random pairs stay below, by exact output laws),
+Monte-Carlo agreement of every sampler with its exact law (seeded; exact binomial tests, false failure
+≤ 1e-6 per check), and the ex-post filter on an adversarial transcript. Seeded randomness: not a privacy
+release. Every ε, κ and κ_acc is read from `privcheck.accounting.epsilon` of the mechanism's event.
 """
 
 from __future__ import annotations
@@ -14,22 +15,60 @@ import math
 
 import numpy as np
 
+from mechanisms.selection import (
+    ITP,
+    PrivBoN,
+    PrivITP,
+    itp_law,
+    lambda_hat,
+    privbon_law,
+    privbon_policy_finite_n,
+    privitp_law,
+    privitp_law_given_lambda,
+)
+from mechanisms.selection.laws import acceptance_rejection
 from privcheck import accounting as acc
+from privcheck.accounting import (
+    GaussianAboveThresholdEvent,
+    NeighboringRelation,
+    PrivBoNEvent,
+    PrivITPEvent,
+    PrivITPPhase1Event,
+    PrivITPWorstCaseEvent,
+    epsilon,
+)
 from privcheck.artifacts.records import Claim, SuiteResult
 from privcheck.checks import Recorder, all_of, at_most, within
 from privcheck.checks.statistics import binomial_agreement
 
-from mechanisms.selection import (ITP, PrivBoN, PrivITP, itp_law, lambda_hat, privbon_law,
-                                  privbon_policy_finite_n, privitp_law, privitp_law_given_lambda)
-from mechanisms.selection.laws import acceptance_rejection
+__all__ = ["DEFAULT_SEED", "REFERENCE", "run_suite"]
 
-SPEC = "selection spec §17"
+REFERENCE = "docs/selection.md reference values"
 DEFAULT_SEED = 20261129
 
 
 def _o3_params(n=16):
     return acc.PrivITPParams(candidates=n, beta=0.05, sigma_x=0.05, sigma_z=0.05, headroom=0.5,
                              sensitivity=0.01, delta=1e-5, r_max=1.0)
+
+
+def _privitp(params, lambda_tilde, halting_time):
+    """The ex-post record of one PrivITP query (κ and κ_acc are in its details)."""
+    return epsilon(PrivITPEvent(params, lambda_tilde, halting_time))
+
+
+def _eps2(params, lambda_tilde, halting_time) -> float:
+    return _privitp(params, lambda_tilde, halting_time).details["eps2_post"]["value"]
+
+
+def _kappas(params, lambda_tilde) -> tuple[dict, dict]:
+    """(κ, κ_acc) as certified JSON entries ({"value", "lower", "upper", ...}) at λ̃."""
+    d = _privitp(params, lambda_tilde, 1).details
+    return d["kappa"], d["kappa_acc"]
+
+
+def _bon(sensitivity, sigma, candidates) -> float:
+    return epsilon(PrivBoNEvent(sensitivity, sigma, candidates=candidates, r_max=1.0)).value
 
 
 def run_suite(seed: int | None = None) -> SuiteResult:
@@ -44,7 +83,7 @@ def run_suite(seed: int | None = None) -> SuiteResult:
                                          ("e", [0.3] * 5, 0.2, 0.1)):
         rec.run(f"O-1{name}.lambda_hat", lambda: within(float(lambda_hat(np.array(scores, float), beta)),
                                                           expected, 1e-12),
-                reference=SPEC + " O-1", inputs={"scores": scores, "beta": beta})
+                reference=REFERENCE + " O-1", inputs={"scores": scores, "beta": beta})
 
     # O-2: ITP law with M = max weight and M = (R_max − λ̂)/β.
     s = np.array([0.2, 0.8, 0.9])
@@ -52,7 +91,7 @@ def run_suite(seed: int | None = None) -> SuiteResult:
         law = itp_law(s, 0.1, 0.7, M)
         rec.run(f"O-2{name}.itp_law", lambda: all_of(
             *(within(float(g), w, 1e-12) for g, w in zip(law.probs, probs)), within(float(law.fallback), fb, 1e-12)),
-            reference=SPEC + " O-2", inputs={"scores": s.tolist(), "beta": 0.1, "lambda_hat": 0.7, "M": M})
+            reference=REFERENCE + " O-2", inputs={"scores": s.tolist(), "beta": 0.1, "lambda_hat": 0.7, "M": M})
 
     # O-3: certified κ, κ_acc and ε2.
     o3 = {0.2: (0.188896264520, 0.868196213116, 0.868196213, 1.434885007, 3.701640181, 3.022340232),
@@ -60,56 +99,58 @@ def run_suite(seed: int | None = None) -> SuiteResult:
           0.8: (0.188886306254, 3.20486696944, 3.204866969, 3.771525888, 6.038161563, 3.022180900)}
     p16 = _o3_params()
     for lt, (k, ka, e1, e4, e16, fb) in o3.items():
-        pair = acc.privitp_kappa(p16, lt)
-        eps2 = {t: acc.privitp_loss(p16, lt, t).details["eps2_post"]["value"] for t in (1, 4, 16, None)}
-        result.records.append(acc.privitp_loss(p16, lt, 4))
+        kappa, kappa_acc = _kappas(p16, lt)
+        eps2 = {t: _eps2(p16, lt, t) for t in (1, 4, 16, None)}
+        result.records.append(_privitp(p16, lt, 4))
         rec.run(f"O-3.lambda{lt}", lambda: all_of(
-            within(pair.kappa.value, k, 1e-11), within(pair.kappa_acc.value, ka, 1e-11),
+            within(kappa["value"], k, 1e-11), within(kappa_acc["value"], ka, 1e-11),
             within(eps2[1], e1, 1e-9), within(eps2[4], e4, 1e-9), within(eps2[16], e16, 1e-9),
-            within(eps2[None], fb, 1e-9)), reference=SPEC + " O-3 (certified)", inputs={"lambda_tilde": lt})
+            within(eps2[None], fb, 1e-9)), reference=REFERENCE + " O-3 (certified)", inputs={"lambda_tilde": lt})
 
     # O-4: exact law given λ̃ = 0.7 and κ there.
     p3 = _o3_params(3)
     law = privitp_law_given_lambda([0.2, 0.8, 0.9], 0.7, p3)
-    pair = acc.privitp_kappa(p3, 0.7)
+    kappa, kappa_acc = _kappas(p3, 0.7)
     rec.run("O-4.privitp_law", lambda: all_of(
         within(float(law.acceptance[0]) / 1.14993e-25, 1.0, 1e-5, "tiny entry, relative"),
-        within(float(law.acceptance[1]), 0.308998462832, 1e-11), within(float(law.acceptance[2]), 0.615077385858, 1e-11),
+        within(float(law.acceptance[1]), 0.308998462832, 1e-11),
+        within(float(law.acceptance[2]), 0.615077385858, 1e-11),
         within(float(law.probs[2]), 0.425019419106, 1e-11), within(float(law.fallback), 0.265982118063, 1e-11),
-        within(pair.kappa.value, 0.188896264102, 1e-11), within(pair.kappa_acc.value, 2.80834601931, 1e-11)),
-        reference=SPEC + " O-4", inputs={"lambda_tilde": 0.7, "scores": [0.2, 0.8, 0.9]})
+        within(kappa["value"], 0.188896264102, 1e-11), within(kappa_acc["value"], 2.80834601931, 1e-11)),
+        reference=REFERENCE + " O-4", inputs={"lambda_tilde": 0.7, "scores": [0.2, 0.8, 0.9]})
 
     # O-5: PrivBoN bounded range and the finite-n policy.
     for d, sig, expected in ((0.1, 0.2, 0.999228797882), (0.5, 1.0, 0.959690858399)):
-        r = acc.privbon_epsilon(d, sig, candidates=16, r_max=1.0)
+        r = epsilon(PrivBoNEvent(d, sig, candidates=16, r_max=1.0))
         result.records.append(r)
         rec.run(f"O-5.eps_bon_d{d}_s{sig}", lambda: all_of(within(r.value, expected, 1e-11),
                                                           at_most(r.value, 2 * d / sig)),
-                reference=SPEC + " O-5", inputs={"sensitivity": d, "sigma": sig, "candidates": 16})
+                reference=REFERENCE + " O-5", inputs={"sensitivity": d, "sigma": sig, "candidates": 16})
     pol = privbon_policy_finite_n([0.5, 0.5], [0.0, 1.0], 2, 1.0)
     rec.run("O-5.policy_n2", lambda: within(float(pol[1]), 0.25 + 0.5 * math.e / (1 + math.e), 1e-9),
-            reference=SPEC + " O-5 (0.25 + 0.5·e/(1+e))", inputs={"n": 2, "sigma": 1.0})
+            reference=REFERENCE + " O-5 (0.25 + 0.5·e/(1+e))", inputs={"n": 2, "sigma": 1.0})
 
     # O-6: Phase-1 analytic Gaussian.
     for mu, expected in ((0.25, 0.926342), (0.5, 1.993091), (1.0, 4.377178), (2.0, 9.997256)):
-        e1 = acc.privitp_phase1_epsilon(acc.PrivITPParams(candidates=4, beta=0.1, sigma_x=0.01 / mu, sigma_z=0.05,
-                                                           headroom=0.5, sensitivity=0.01, delta=1e-5))
-        rec.run(f"O-6.eps1_mu{mu}", lambda: within(e1.value, expected, 1e-6), reference=SPEC + " O-6",
+        e1 = epsilon(PrivITPPhase1Event(acc.PrivITPParams(candidates=4, beta=0.1, sigma_x=0.01 / mu, sigma_z=0.05,
+                                                          headroom=0.5, sensitivity=0.01, delta=1e-5)))
+        rec.run(f"O-6.eps1_mu{mu}", lambda: within(e1.value, expected, 1e-6), reference=REFERENCE + " O-6",
                 inputs={"mu": mu, "delta": 1e-5})
 
-    # O-8: Lebensold Gaussian AboveThreshold.
-    at = acc.gaussian_at_expost_eps(3, 0.75, 0.3, math.sqrt(3) * 0.3, 1e-3)
+    # O-8: Gaussian AboveThreshold (Lebensold, Precup & Balle).
+    at = epsilon(GaussianAboveThresholdEvent(halting_time=3, threshold=0.75, sigma_threshold=0.3,
+                                             sigma_query=math.sqrt(3) * 0.3, sensitivity=1e-3))
     result.records.append(at)
     rec.run("O-8.gaussian_above_threshold", lambda: within(at.value, 0.00796829839499, 1e-13),
-            reference=SPEC + " O-8 (certified; Lebensold et al. print 0.008)", inputs=dict(at.inputs))
+            reference=REFERENCE + " O-8 (certified; Lebensold et al. print 0.008)", inputs=dict(at.inputs))
 
     _properties(rec, rng)
     _tightness(rec, rng)
     _monte_carlo(rec, rng)
     _filter(rec, rng)
 
-    result.claims.append(Claim(mechanism="privbon", epsilon=acc.privbon_epsilon(0.1, 0.2, candidates=16, r_max=1.0).value,
-                               delta=0.0, neighboring="user-declared (through Δ)",
+    result.claims.append(Claim(mechanism="privbon", epsilon=_bon(0.1, 0.2, 16),
+                               delta=0.0, neighboring=NeighboringRelation.SCORE_SENSITIVITY.value,
                                assumptions=("scores clipped to the public range [0, R_max]",
                                             "score sensitivity Δ is a public assumption about the reward model",
                                             "candidates drawn from a public base policy"),
@@ -128,22 +169,23 @@ def _properties(rec: Recorder, rng: np.random.Generator) -> None:
         at_most(float(np.max(np.abs(lam_shift - lam - shift[:, 0]))), 0.0, 1e-12, "translation equivariance"),
         at_most(float(np.max(lam - lam_bump)), 0.0, 1e-12, "monotone"),
         at_most(float(np.max(lam_bump - lam - bump.max(axis=1))), 0.0, 1e-12, "|Δλ̂| ≤ ‖Δs‖∞")),
-        reference="spec §5.3 (theorem)", inputs={"prompts": 200, "n": 12, "beta": 0.05})
+        reference="docs/selection.md proof notes (λ̂)", inputs={"prompts": 200, "n": 12, "beta": 0.05})
     p = _o3_params()
     lts = rng.uniform(-0.2, 1.2, 20)
     r = rng.uniform(0, 1, 20)
     pa, pr = acceptance_rejection(r, lts, np.array([p.threshold_width(x) for x in lts]), p.sigma_z)
-    pairs = [acc.privitp_kappa(p, float(x)) for x in lts]
-    slope = [np.diff([acc.privitp_loss(p, float(lts[0]), t).details["eps2_post"]["value"] for t in (1, 2, 3)])]
+    pairs = [_kappas(p, float(x)) for x in lts]
+    slope = [np.diff([_eps2(p, float(lts[0]), t) for t in (1, 2, 3)])]
     rec.run("property.privitp_probabilities_and_losses", lambda: all_of(
         at_most(float(np.max(np.abs(pa + pr - 1))), 0.0, 1e-12, "P_acc + P_rej = 1"),
-        at_most(-min(min(x.kappa.lower, x.kappa_acc.lower) for x in pairs), 0.0, 0.0, "κ, κ_acc ≥ 0"),
-        at_most(float(np.max(np.abs(slope[0] - pairs[0].kappa.value))), 0.0, 1e-12, "ε2 affine in t, slope κ")),
-        reference="spec §7, §8.3, §8.4", inputs={"draws": 20})
-    eps = [acc.privbon_epsilon(0.1, 0.2, candidates=n, r_max=1.0).value for n in (1, 2, 8, 64, 4096)]
+        at_most(-min(min(k["lower"], ka["lower"]) for k, ka in pairs), 0.0, 0.0, "κ, κ_acc ≥ 0"),
+        at_most(float(np.max(np.abs(slope[0] - pairs[0][0]["value"]))), 0.0, 1e-12, "ε2 affine in t, slope κ")),
+        reference="docs/selection.md (PrivITP; proof notes)", inputs={"draws": 20})
+    eps = [_bon(0.1, 0.2, n) for n in (1, 2, 8, 64, 4096)]
     rec.run("property.eps_bon_increasing_and_below_nominal", lambda: all_of(
         at_most(float(-np.min(np.diff(eps))), 0.0, 0.0, "increasing in n"),
-        at_most(max(eps), 1.0, 1e-15, "≤ 2Δ/σ")), reference="spec §4.3 (theorem)", inputs={"n": [1, 2, 8, 64, 4096]})
+        at_most(max(eps), 1.0, 1e-15, "≤ 2Δ/σ")), reference="docs/selection.md (PrivBoN, theorem)",
+        inputs={"n": [1, 2, 8, 64, 4096]})
 
 
 def _tightness(rec: Recorder, rng: np.random.Generator) -> None:
@@ -157,7 +199,7 @@ def _tightness(rec: Recorder, rng: np.random.Generator) -> None:
         law_d, law_dp = privitp_law_given_lambda(on_d, lt, p), privitp_law_given_lambda(on_dp, lt, p)
         pick = (lambda L: L.fallback) if t is None else (lambda L, t=t: L.probs[t - 1])
         observed.append(float(np.log(pick(law_d)) - np.log(pick(law_dp))))
-        bounds.append(acc.privitp_loss(p, lt, t).details["eps2_post"]["value"])
+        bounds.append(_eps2(p, lt, t))
     worst_random = 0.0
     for _ in range(200):
         a = rng.uniform(0, 1, 4)
@@ -169,12 +211,12 @@ def _tightness(rec: Recorder, rng: np.random.Generator) -> None:
     rec.run("tightness.privitp_extremal_pair", lambda: all_of(
         *(within(o, b, 1e-10) for o, b in zip(observed, bounds)),
         at_most(worst_random, 0.0, 1e-10, "random pairs stay below")),
-        reference="spec §8.2 / O-9 (exact output laws)", inputs={"n": 4, "lambda_tilde": lt})
+        reference="docs/selection.md PrivITP worst case (exact output laws)", inputs={"n": 4, "lambda_tilde": lt})
     n, sig, dd = 16, 0.2, 0.1
     on_d = np.array([dd] + [1 - dd] * (n - 1))
     on_dp = np.array([0.0] + [1.0] * (n - 1))
     ratio = float(np.log(privbon_law(on_d, sig)[0]) - np.log(privbon_law(on_dp, sig)[0]))
-    bound = acc.privbon_epsilon(dd, sig, candidates=n, r_max=1.0).value
+    bound = _bon(dd, sig, n)
     worst = 0.0
     for _ in range(200):
         a = rng.uniform(0, 1, n)
@@ -182,7 +224,7 @@ def _tightness(rec: Recorder, rng: np.random.Generator) -> None:
         worst = max(worst, float(np.max(np.abs(np.log(privbon_law(a, sig)) - np.log(privbon_law(b, sig))))))
     rec.run("tightness.privbon_extremal_pair", lambda: all_of(within(ratio, bound, 1e-10),
                                                               at_most(worst, bound, 1e-12, "random pairs below")),
-            reference="spec §4.3 / O-9", inputs={"n": n, "sigma": sig, "sensitivity": dd})
+            reference="docs/selection.md PrivBoN extremal pair", inputs={"n": n, "sigma": sig, "sensitivity": dd})
 
 
 def _monte_carlo(rec: Recorder, rng: np.random.Generator) -> None:
@@ -194,7 +236,7 @@ def _monte_carlo(rec: Recorder, rng: np.random.Generator) -> None:
         idx = mech.select(np.broadcast_to(scores, (N, 5)).copy(), rng).indices
         counts = np.bincount(idx, minlength=5)
         rec.run(f"monte_carlo.privbon_{sampler}", lambda: binomial_agreement(counts, law),
-                reference="exact softmax law (spec §4.2)", inputs={"draws": N, "scores": scores.tolist()})
+                reference="exact softmax law (Gumbel-max = softmax)", inputs={"draws": N, "scores": scores.tolist()})
     p = _o3_params(4)
     s1 = np.array([0.3, 0.6, 0.7, 0.9])
     s2 = np.array([0.5, 0.9, 0.2, 0.8])
@@ -204,25 +246,24 @@ def _monte_carlo(rec: Recorder, rng: np.random.Generator) -> None:
                             account=False)
     counts = np.bincount(np.where(res.halting_times == 0, 4, res.halting_times - 1), minlength=5)
     rec.run("monte_carlo.privitp", lambda: binomial_agreement(counts, np.append(exact.probs, exact.fallback)),
-            reference="exact law, λ̃ averaged outside the product (spec §14)", inputs={"draws": N})
+            reference="exact law, λ̃ averaged outside the product", inputs={"draws": N})
     itp = ITP(0.1, r_max=1.0)
     s = np.array([0.2, 0.8, 0.9])
     res = itp.select(np.broadcast_to(s, (N, 3)).copy(), rng)
     law_itp = itp_law(s, 0.1, float(lambda_hat(s, 0.1)), (1.0 - float(lambda_hat(s, 0.1))) / 0.1)
     counts = np.bincount(np.where(res.indices < 0, 3, res.indices), minlength=4)
     rec.run("monte_carlo.itp", lambda: binomial_agreement(counts, np.append(law_itp.probs, law_itp.fallback)),
-            reference="exact ITP law (spec §5.4, O-2b)", inputs={"draws": N})
+            reference="exact ITP law (O-2b)", inputs={"draws": N})
 
 
 def _filter(rec: Recorder, rng: np.random.Generator) -> None:
     """Worst-case transcript: every query's realised loss is as large as its admission allowed."""
     p = _o3_params()
     f = acc.ExPostFilter(budget=10.0, delta_total=1e-3)
-    eps1 = acc.privitp_phase1_epsilon(p).value
     answered = 0
     for q in range(100):
         lt = float(rng.uniform(0.0, 1.0))
-        worst = eps1 + acc.privitp_worst_phase2(p, lt, p.candidates)
+        worst = epsilon(PrivITPWorstCaseEvent(p, lt, p.candidates)).value     # ε1 + worst Phase-2 loss
         if f.admits(worst, p.delta):
             f.charge(f"q{q}", realised=worst, worst_case=worst, delta=p.delta)   # adversary realises the worst
             answered += 1
@@ -231,4 +272,4 @@ def _filter(rec: Recorder, rng: np.random.Generator) -> None:
     rec.run("filter.adversarial_transcript_within_budget", lambda: all_of(
         at_most(f.spent, 10.0, 0.0, "certified spend ≤ E"),
         {"passed": answered > 0, "observed": answered, "expected": "> 0", "tolerance": 0}),
-        reference="spec §12.2 (filter theorem)", inputs={"budget": 10.0, "queries": 100})
+        reference="docs/selection.md (filter theorem)", inputs={"budget": 10.0, "queries": 100})

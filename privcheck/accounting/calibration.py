@@ -1,8 +1,10 @@
-"""Calibration of the DP-SGD noise multiplier σ (or step count T) against a target (ε, δ).
+"""Calibration: the one routine that finds a mechanism's parameter for a target (ε, δ), always on the safe side.
 
-The one rule: the returned value is always on the safe side. `calibrate_sigma` returns the upper end of a
-bracket `[σ_lo, σ_hi]` with ε_PLD(σ_lo) > target ≥ ε_PLD(σ_hi), both evaluated at the fine interval, and
-the achieved ε is that evaluation; `calibrate_steps` returns the largest T whose ε is at most the target.
+`calibrate(make_event, target_epsilon, delta, parameter=...)` searches a family of events. For a noise parameter
+(ε decreasing in it) it returns the upper end of a bracket `[x_lo, x_hi]` with ε(x_lo) > target ≥ ε(x_hi), both
+evaluated at the fine PLD interval, and the achieved ε is that evaluation; for `parameter="steps"` (ε increasing)
+it returns the largest integer whose ε is at most the target. `calibrate_sigma` / `calibrate_steps` are the
+DP-SGD families.
 Two stages keep it cheap: a bracket at the coarse interval 1e-3, then a safeguarded regula falsi at the
 fine interval 1e-4 inside [σ_c − 2e-3, σ_c + 2e-3] (widened until both ends are confirmed).
 """
@@ -15,10 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from privcheck import validation as v
-from privcheck.accounting.dpsgd import DEFAULT_INTERVAL, _pld_epsilon, epsilon_pld
-from privcheck.accounting.records import AccountingRecord, _frozen, _jsonable
+from privcheck.accounting.accountant import epsilon, epsilon_value
+from privcheck.accounting.dpsgd import DEFAULT_INTERVAL
+from privcheck.accounting.events import Event, NeighboringRelation, PoissonGaussianEvent
+from privcheck.accounting.records import AccountingRecord
 from privcheck.environment import library_versions
-from privcheck.errors import PrivcheckError
+from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.serialization import freeze, jsonable
+
+__all__ = ["Calibration", "CalibrationInfeasible", "MAX_STEPS", "PARAMETERS", "SIGMA_CEILING", "SIGMA_FLOOR",
+           "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
 SIGMA_FLOOR, SIGMA_CEILING = 1e-3, 1e4
 MAX_STEPS = 10**7
@@ -41,10 +49,12 @@ class Calibration:
     evaluations: int
     wall_time_s: float
     libraries: Mapping[str, str] = field(default_factory=library_versions)
+    event: Event | None = None     # the event at `value`: what the achieved ε was computed from
+    delta: float | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "inputs", _frozen(self.inputs))
-        object.__setattr__(self, "libraries", _frozen(self.libraries))
+        object.__setattr__(self, "inputs", freeze(self.inputs))
+        object.__setattr__(self, "libraries", freeze(self.libraries))
         if not self.achieved.value <= self.target_epsilon:
             raise AssertionError("calibration invariant broken: achieved epsilon above target")
 
@@ -55,65 +65,131 @@ class Calibration:
     def to_json(self) -> dict:
         return {"parameter": self.parameter, "value": self.value, "bracket": list(self.bracket),
                 "target_epsilon": self.target_epsilon, "epsilon": self.achieved.value,
-                "achieved": self.achieved.to_json(), "inputs": _jsonable(self.inputs),
+                "achieved": self.achieved.to_json(), "inputs": jsonable(self.inputs),
                 "evaluations": self.evaluations, "wall_time_s": self.wall_time_s,
-                "libraries": dict(self.libraries)}
+                "libraries": dict(self.libraries), "delta": self.delta,
+                "event": None if self.event is None else self.event.to_json()}
 
 
+PARAMETERS = ("noise_multiplier", "steps")
 _CACHE: dict[tuple, Calibration] = {}
 
 
-def calibrate_sigma(q, T, delta, target_eps, *, interval: float = DEFAULT_INTERVAL, coarse: float = 1e-3,
-                    sigma_tol: float = 1e-6) -> Calibration:
-    """Smallest σ (to `sigma_tol`) whose PLD ε at `interval` is at most `target_eps`."""
-    q = v.sampling_rate("sampling_rate", q)
-    T = v.count("steps", T)
-    delta = v.open_unit("delta", delta)
-    target = v.positive("epsilon", target_eps)
+def clear_cache() -> None:
+    """Forget cached `calibrate_sigma` results (benchmarks time the search itself)."""
+    _CACHE.clear()
+
+
+def _probe(make_event, parameter: str) -> Event:
+    probe = make_event(1.0 if parameter == "noise_multiplier" else 1)
+    if not isinstance(probe, Event):
+        raise InvalidParameter("make_event", type(probe).__name__, "a callable returning a privcheck.accounting "
+                                                                    "event")
+    return probe
+
+
+def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise_multiplier",
+              interval: float = DEFAULT_INTERVAL, coarse: float = 1e-3, tolerance: float = 1e-6,
+              inputs: Mapping[str, Any] | None = None) -> Calibration:
+    """The value x of `parameter` for which `make_event(x)` meets `target_epsilon` at `delta`, never overshooting.
+
+    "noise_multiplier" (any noise scale; ε must decrease in it): the smallest x to `tolerance` with
+    ε(make_event(x)) ≤ target, searched in [SIGMA_FLOOR, SIGMA_CEILING]. "steps" (ε must increase in it): the
+    largest integer. PLD events are bracketed at the `coarse` interval first, then refined at `interval`; the
+    achieved ε is `epsilon(make_event(x), delta)` at the fine interval.
+    """
+    if parameter not in PARAMETERS:
+        raise InvalidParameter("parameter", parameter, " or ".join(repr(p) for p in PARAMETERS))
+    target = v.positive("epsilon", target_epsilon)
     interval = v.positive("interval", interval)
     coarse = v.positive("coarse", coarse)
-    sigma_tol = v.positive("sigma_tol", sigma_tol)
-    key = (q, T, delta, target, interval, coarse, sigma_tol, library_versions()["dp-accounting"])
-    if key in _CACHE:
-        return _CACHE[key]
+    tolerance = v.positive("tolerance", tolerance)
+    probe = _probe(make_event, parameter)
+    if delta is not None or probe.needs_delta:
+        delta = v.open_unit("delta", delta)
     start = time.perf_counter()
     evals = 0
+    pld = hasattr(probe, "sampling_rate") or hasattr(probe, "phases")
 
-    def eps(sigma: float, iv: float) -> float:
+    def eps(x, iv: float) -> float:
         nonlocal evals
         evals += 1
-        return _pld_epsilon(q, sigma, T, delta, iv)
+        return epsilon_value(make_event(x), delta, **({"interval": iv} if pld else {}))
 
-    # Stage 1: bracket at the coarse interval, bisect to ~coarse width in σ.
+    if parameter == "steps":
+        value, bracket = _search_steps(lambda t: eps(t, interval), target)
+    else:
+        value, bracket = _search_noise(eps, target, interval if pld else None, coarse if pld else None, tolerance)
+    event = make_event(value)
+    achieved = epsilon(event, delta, **({"interval": interval} if pld else {}))
+    return Calibration(
+        parameter=parameter, value=value, bracket=bracket, target_epsilon=target, achieved=achieved,
+        inputs=dict(inputs or {"event": probe.to_json(), "delta": delta, "interval": interval}),
+        evaluations=evals, wall_time_s=time.perf_counter() - start, event=event, delta=delta)
+
+
+def _search_noise(eps, target: float, interval, coarse, tol: float):
+    """Two stages: a bracket at the coarse interval bisected to ~1e-3 in x, then a bracket confirmed at the fine
+    interval around it (widened until both ends hold) and refined to `tol`."""
+    fine = lambda s: eps(s, interval)  # noqa: E731
     lo, hi = _bracket(lambda s: eps(s, coarse), target)
     while hi - lo > 1e-3:
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if eps(mid, coarse) > target else (lo, mid)
-    # Stage 2: confirm a bracket at the fine interval around the coarse answer (widen if needed).
     width = 2e-3
     lo, hi = max(hi - width, SIGMA_FLOOR), hi + width
-    while (e_hi := eps(hi, interval)) > target:
+    while (e_hi := fine(hi)) > target:
         hi += width
         width *= 2
         if hi > SIGMA_CEILING:
             raise CalibrationInfeasible(f"no sigma <= {SIGMA_CEILING} reaches epsilon {target}")
     width = 2e-3
-    while (e_lo := eps(lo, interval)) <= target:
+    while (e_lo := fine(lo)) <= target:
         if lo <= SIGMA_FLOOR:
             hi, e_hi = lo, e_lo
             break
         hi, e_hi = lo, e_lo
         lo = max(lo - width, SIGMA_FLOOR)
         width *= 2
-    lo, hi = _refine(lambda s: eps(s, interval), target, lo, e_lo, hi, e_hi, sigma_tol)
-    achieved = epsilon_pld(q, hi, T, delta, interval=interval)
-    result = Calibration(
-        parameter="noise_multiplier", value=hi, bracket=(lo, hi), target_epsilon=target, achieved=achieved,
-        inputs={"sampling_rate": q, "steps": T, "delta": delta, "interval": interval, "coarse": coarse,
-                "sigma_tol": sigma_tol},
-        evaluations=evals, wall_time_s=time.perf_counter() - start)
-    _CACHE[key] = result
-    return result
+    lo, hi = _refine(fine, target, lo, e_lo, hi, e_hi, tol)
+    return hi, (lo, hi)
+
+
+def _search_steps(eps, target: float):
+    if eps(1) > target:
+        raise CalibrationInfeasible(f"one step already costs more than epsilon {target}")
+    good, bad = 1, 2
+    while eps(bad) <= target:
+        good, bad = bad, bad * 2
+        if bad > MAX_STEPS:
+            raise CalibrationInfeasible(f"more than {MAX_STEPS} steps fit in epsilon {target}")
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if eps(mid) <= target else (good, mid)
+    return good, (bad, good)
+
+
+def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: float = DEFAULT_INTERVAL,
+                    coarse: float = 1e-3, sigma_tol: float = 1e-6,
+                    relation=NeighboringRelation.ADD_REMOVE) -> Calibration:
+    """Smallest noise multiplier σ (to `sigma_tol`) whose PLD ε at `interval` is at most `target_epsilon`
+    (`calibrate` on the family σ ↦ PoissonGaussianEvent(q, σ, T); cached)."""
+    q = v.sampling_rate("sampling_rate", sampling_rate)
+    T = v.count("steps", steps)
+    delta = v.open_unit("delta", delta)
+    target = v.positive("epsilon", target_epsilon)
+    interval = v.positive("interval", interval)
+    coarse = v.positive("coarse", coarse)
+    sigma_tol = v.positive("sigma_tol", sigma_tol)
+    relation = NeighboringRelation.coerce(relation)
+    key = (q, T, delta, target, interval, coarse, sigma_tol, relation, library_versions()["dp-accounting"])
+    if key not in _CACHE:
+        _CACHE[key] = calibrate(
+            lambda s: PoissonGaussianEvent(q, s, T, relation), target, delta, interval=interval, coarse=coarse,
+            tolerance=sigma_tol,
+            inputs={"sampling_rate": q, "steps": T, "delta": delta, "interval": interval, "coarse": coarse,
+                    "sigma_tol": sigma_tol})
+    return _CACHE[key]
 
 
 def _bracket(eps, target: float) -> tuple[float, float]:
@@ -166,33 +242,14 @@ def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
     return lo, hi
 
 
-def calibrate_steps(q, sigma, delta, target_eps, *, interval: float = DEFAULT_INTERVAL) -> Calibration:
-    """Largest T whose PLD ε at (q, σ, δ) is at most `target_eps`."""
-    q = v.sampling_rate("sampling_rate", q)
-    sigma = v.positive("noise_multiplier", sigma)
+def calibrate_steps(sampling_rate, noise_multiplier, delta, target_epsilon, *,
+                    interval: float = DEFAULT_INTERVAL) -> Calibration:
+    """Largest T whose PLD ε at (q, σ, δ) is at most `target_epsilon` (`calibrate(..., parameter="steps")`)."""
+    q = v.sampling_rate("sampling_rate", sampling_rate)
+    sigma = v.positive("noise_multiplier", noise_multiplier)
     delta = v.open_unit("delta", delta)
-    target = v.positive("epsilon", target_eps)
+    target = v.positive("epsilon", target_epsilon)
     interval = v.positive("interval", interval)
-    start = time.perf_counter()
-    evals = 0
-
-    def eps(t: int) -> float:
-        nonlocal evals
-        evals += 1
-        return _pld_epsilon(q, sigma, t, delta, interval)
-
-    if eps(1) > target:
-        raise CalibrationInfeasible(f"one step already costs more than epsilon {target}")
-    good, bad = 1, 2
-    while eps(bad) <= target:
-        good, bad = bad, bad * 2
-        if bad > MAX_STEPS:
-            raise CalibrationInfeasible(f"more than {MAX_STEPS} steps fit in epsilon {target}")
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if eps(mid) <= target else (good, mid)
-    achieved = epsilon_pld(q, sigma, good, delta, interval=interval)
-    return Calibration(
-        parameter="steps", value=good, bracket=(bad, good), target_epsilon=target, achieved=achieved,
-        inputs={"sampling_rate": q, "noise_multiplier": sigma, "delta": delta, "interval": interval},
-        evaluations=evals, wall_time_s=time.perf_counter() - start)
+    return calibrate(lambda t: PoissonGaussianEvent(q, sigma, t), target, delta, parameter="steps",
+                     interval=interval,
+                     inputs={"sampling_rate": q, "noise_multiplier": sigma, "delta": delta, "interval": interval})

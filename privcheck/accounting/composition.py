@@ -1,6 +1,6 @@
 """Composition: basic (ex-ante) composition and the pure ex-post privacy filter.
 
-Filter rule (spec selection.md §12.2, proof in docs/selection.md): mechanism k, whose ex-post loss
+Filter rule (proof in docs/selection.md): mechanism k, whose ex-post loss
 function ε_k(·) is fixed before it runs, is run only if  Σ_{j<k} ε_j(o_j) + sup_o ε_k(o) ≤ E;
 otherwise it is refused (a public decision; later, cheaper mechanisms may still run). Every decision is
 a function of earlier public outputs, so the transcript's likelihood ratio is at most exp(Σ ε_k(o_k)) ≤ e^E.
@@ -22,6 +22,8 @@ from flint import arb
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.numerics.certified import float_up
+
+__all__ = ["BudgetExceeded", "ExPostFilter", "FilterEntry", "MODES", "basic_composition"]
 
 MODES = ("provable", "replication_unsound")
 

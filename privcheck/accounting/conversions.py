@@ -17,6 +17,8 @@ from privcheck.accounting.records import AccountingRecord
 from privcheck.numerics.ball import evaluate
 from privcheck.numerics.certified import Certified
 
+__all__ = ["group_privacy", "replace_one"]
+
 
 def _pair(mechanism: str, method: str, inputs: dict, eps_fn, delta_fn, reference: str, start: float):
     eps_ball, p1 = evaluate(eps_fn)

@@ -37,6 +37,10 @@ from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate
 
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "MECHANISM", "composed_delta_quadrature", "delta_single_float",
+    "epsilon_pld", "epsilon_quadrature", "epsilon_rdp", "epsilon_rdp_history", "epsilon_single_round_certified",
+    "pld_epsilon_value", "pld_history_epsilon_value", "single_round_delta_ball", "single_round_delta_integral"]
+
 MECHANISM = "poisson_subsampled_gaussian"
 DEFAULT_INTERVAL = 1e-4
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024])
@@ -61,23 +65,45 @@ def _validate(q, sigma, steps, delta):
 
 # --- PLD (reported figure) ------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=4096)
-def _pld_epsilon(q: float, sigma: float, steps: int, delta: float, interval: float) -> float:
-    one_round = _pld.from_gaussian_mechanism(
+@functools.lru_cache(maxsize=64)
+def _one_round_pld(q: float, sigma: float, interval: float, relation: str):
+    """One round's PLD; cached because a history or a step search builds the same round many times (dp-accounting's
+    compose/self_compose return new objects and never modify their operands)."""
+    return _pld.from_gaussian_mechanism(
         standard_deviation=sigma, sensitivity=1.0, sampling_prob=q, value_discretization_interval=interval,
-        pessimistic_estimate=True, use_connect_dots=True,
-        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    return float(one_round.self_compose(steps).get_epsilon_for_delta(delta))
+        pessimistic_estimate=True, use_connect_dots=True, neighboring_relation=_DP_RELATIONS[relation])
 
 
-def epsilon_pld(q, sigma, T, delta, *, interval: float = DEFAULT_INTERVAL) -> AccountingRecord:
+_DP_RELATIONS = {"add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                 "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
+
+
+@functools.lru_cache(maxsize=4096)
+def pld_epsilon_value(q: float, sigma: float, steps: int, delta: float, interval: float,
+                      relation: str = "add_remove") -> float:
+    """The float PLD ε (pessimistic, connect-the-dots) of `steps` rounds; the fast path behind `epsilon`."""
+    return float(_one_round_pld(q, sigma, interval, relation).self_compose(steps).get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=1024)
+def pld_history_epsilon_value(phases: tuple, delta: float, interval: float, relation: str = "add_remove") -> float:
+    """PLD ε of phases ((q, σ, steps), ...) run one after the other: each phase's PLD self-composed, then composed."""
+    total = None
+    for q, sigma, steps in phases:
+        pld = _one_round_pld(q, sigma, interval, relation).self_compose(steps)
+        total = pld if total is None else total.compose(pld)
+    return float(total.get_epsilon_for_delta(delta))
+
+
+def epsilon_pld(sampling_rate, noise_multiplier, steps, delta, *,
+                interval: float = DEFAULT_INTERVAL) -> AccountingRecord:
     """ε of T compositions of the Poisson-subsampled Gaussian (PLD, pessimistic, connect-the-dots)."""
-    q, sigma, T, delta = _validate(q, sigma, T, delta)
+    q, sigma, T, delta = _validate(sampling_rate, noise_multiplier, steps, delta)
     interval = v.positive("interval", interval)
     start = time.perf_counter()
     reason = None
     try:
-        eps = _pld_epsilon(q, sigma, T, delta, interval)
+        eps = pld_epsilon_value(q, sigma, T, delta, interval)
         if not math.isfinite(eps) or eps < 0:
             eps, reason = math.inf, f"PLD returned {eps!r}"
     except (ArithmeticError, ValueError, OverflowError, MemoryError) as exc:  # fail closed
@@ -120,9 +146,7 @@ def _collect_excluded_orders():
         logger.removeFilter(flt)
 
 
-def epsilon_rdp(q, sigma, T, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecord:
-    """RDP ε (dp-accounting RdpAccountant, improved conversion); a cross-check, never the reported figure."""
-    q, sigma, T, delta = _validate(q, sigma, T, delta)
+def _rdp_record(phases, delta: float, orders, inputs: dict, mechanism: str) -> AccountingRecord:
     orders = tuple(orders)
     if not orders or not all(isinstance(o, (int, float)) and math.isfinite(o) and o > 1 for o in orders):
         raise InvalidParameter("orders", orders, "a non-empty sequence of finite orders > 1")
@@ -130,7 +154,8 @@ def epsilon_rdp(q, sigma, T, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecor
     acc = rdp.RdpAccountant(orders=list(orders),
                             neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     with _collect_excluded_orders() as excluded:
-        acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), T)
+        for q, sigma, steps in phases:
+            acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
     reason = None
     try:
         eps, order = acc.get_epsilon_and_optimal_order(delta)
@@ -141,12 +166,27 @@ def epsilon_rdp(q, sigma, T, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecor
     except (ArithmeticError, ValueError) as exc:
         eps, order, reason = math.inf, math.nan, f"RDP failed: {exc}"
     return AccountingRecord(
-        quantity="epsilon", value=eps, mechanism=MECHANISM, method="rdp",
-        inputs={"sampling_rate": q, "noise_multiplier": sigma, "steps": T, "delta": delta},
+        quantity="epsilon", value=eps, mechanism=mechanism, method="rdp", inputs=inputs,
         details={"library": "dp-accounting", "order": order, "orders": f"{len(orders)} orders in "
                  f"[{min(orders)}, {max(orders)}]", "conversion": "Balle et al. 2020 (improved)",
                  "excluded_orders": sorted(set(excluded))},
         wall_time_s=time.perf_counter() - start, reason=reason)
+
+
+def epsilon_rdp(sampling_rate, noise_multiplier, steps, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecord:
+    """RDP ε (dp-accounting RdpAccountant, improved conversion); a cross-check, never the reported figure."""
+    q, sigma, T, delta = _validate(sampling_rate, noise_multiplier, steps, delta)
+    return _rdp_record([(q, sigma, T)], delta, orders,
+                       {"sampling_rate": q, "noise_multiplier": sigma, "steps": T, "delta": delta}, MECHANISM)
+
+
+def epsilon_rdp_history(phases, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecord:
+    """RDP ε of phases ((q, σ, steps), ...) run one after the other (cross-check of the history's PLD)."""
+    phases = [(*_validate(q, s, t, delta)[:3],) for q, s, t in phases]
+    delta = v.open_unit("delta", delta)
+    return _rdp_record(phases, delta, orders,
+                       {"phases": [{"sampling_rate": q, "noise_multiplier": s, "steps": t} for q, s, t in phases],
+                        "delta": delta}, MECHANISM + "_history")
 
 
 # --- exact single round, certified ----------------------------------------------------------------
@@ -221,12 +261,12 @@ def single_round_delta_integral(q: float, sigma: float, epsilon: float, *, prec:
         return h_ab.nonnegative_part().max(h_ba.nonnegative_part())
 
 
-def epsilon_single_round_certified(q, sigma, delta) -> AccountingRecord:
+def epsilon_single_round_certified(sampling_rate, noise_multiplier, delta) -> AccountingRecord:
     """Exact ε for one round (T = 1), certified: δ_{q,σ,1}(ε) ≤ δ decided in Arb at the reported ε."""
-    q, sigma, _, delta = _validate(q, sigma, 1, delta)
+    q, sigma, _, delta = _validate(sampling_rate, noise_multiplier, 1, delta)
     start = time.perf_counter()
     holds = ThresholdPredicate(lambda e: single_round_delta_ball(q, sigma, e), delta)
-    est = _epsilon_from_delta_fn(lambda e: _delta_single_float(q, sigma, e, "ab"), delta)
+    est = _epsilon_from_delta_fn(lambda e: delta_single_float(q, sigma, e, "ab"), delta)
     if holds(0.0) is True:
         cert = Certified.from_bracket(0.0, 0.0, "closed_form_arb", holds.precision_bits)
         evals = 1
@@ -253,7 +293,7 @@ def _log_sub_exp(a: float, b: float) -> float:
     return a + math.log1p(-math.exp(b - a))
 
 
-def _delta_single_float(q: float, sigma: float, eps: float, direction: str) -> float:
+def delta_single_float(q: float, sigma: float, eps: float, direction: str) -> float:
     """Closed-form H_{e^ε}(A‖B) ("ab") or H_{e^ε}(B‖A) ("ba") in floats, for any real ε.
 
     Evaluated in log space so that ε up to ~1e4 neither overflows nor cancels to log(0).
@@ -295,13 +335,13 @@ def composed_delta_quadrature(q, sigma, T: int, epsilon: float) -> float:
 
     def ab(k, eps):
         if k == 1:
-            return _delta_single_float(q, sigma, eps, "ab")
+            return delta_single_float(q, sigma, eps, "ab")
         f = lambda x: dens_a(x) * ab(k - 1, eps - float(_log_ratio(x, q, sigma)))  # noqa: E731
         return _quad.quad(f, lo, hi, points=pts, limit=200, epsabs=1e-14, epsrel=1e-10)[0]
 
     def ba(k, eps):
         if k == 1:
-            return _delta_single_float(q, sigma, eps, "ba")
+            return delta_single_float(q, sigma, eps, "ba")
         f = lambda x: dens_b(x) * ba(k - 1, eps + float(_log_ratio(x, q, sigma)))  # noqa: E731
         return _quad.quad(f, lo, hi, points=pts, limit=200, epsabs=1e-14, epsrel=1e-10)[0]
 
@@ -319,9 +359,9 @@ def _epsilon_from_delta_fn(delta_fn, delta: float, hi: float = 1.0) -> float:
                   xtol=1e-12, rtol=1e-10)
 
 
-def epsilon_quadrature(q, sigma, T, delta) -> AccountingRecord:
+def epsilon_quadrature(sampling_rate, noise_multiplier, steps, delta) -> AccountingRecord:
     """ε for small T (≤ 3) from the quadrature recursion; a float cross-check of the PLD figure."""
-    q, sigma, T, delta = _validate(q, sigma, T, delta)
+    q, sigma, T, delta = _validate(sampling_rate, noise_multiplier, steps, delta)
     start = time.perf_counter()
     eps = _epsilon_from_delta_fn(lambda e: composed_delta_quadrature(q, sigma, T, e), delta)
     return AccountingRecord(

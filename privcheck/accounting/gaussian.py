@@ -26,6 +26,9 @@ from privcheck.numerics.ball import ThresholdPredicate, normal_cdf
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 
+__all__ = ["EPS_MAX", "MU_MAX", "delta_ball", "delta_float", "dp_to_gdp", "gaussian_epsilon", "gaussian_sigma",
+    "gdp_to_dp"]
+
 EPS_MAX = 1e4       # search ceiling for ε (a larger ε is meaningless as a DP guarantee)
 MU_MAX = 1e3
 

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from privcheck.environment import library_versions
 from privcheck.numerics.certified import Certified
+from privcheck.serialization import jsonable
+
+__all__ = ["AccountingRecord", "EpsilonResult"]
 
 
 def _frozen(mapping: Mapping | None) -> Mapping:
     return MappingProxyType(dict(mapping or {}))
-
-
-def _jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    if isinstance(value, Mapping):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    return value
 
 
 @dataclass(frozen=True)
@@ -48,6 +38,8 @@ class AccountingRecord:
     libraries: Mapping[str, str] = field(default_factory=library_versions)
     wall_time_s: float = 0.0
     reason: str | None = None
+    event: Any = field(default=None, compare=False)   # the event this record was computed from (`epsilon`)
+    delta: float | None = None                         # the δ it was computed at (None: pure / ex-post)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", _frozen(self.inputs))
@@ -63,18 +55,20 @@ class AccountingRecord:
     def to_json(self) -> dict:
         return {
             "quantity": self.quantity,
-            "value": _jsonable(self.value),
+            "value": jsonable(self.value),
             "mechanism": self.mechanism,
             "method": self.method,
-            "inputs": _jsonable(self.inputs),
+            "inputs": jsonable(self.inputs),
             "neighboring": self.neighboring,
             "certified": self.certified.to_json() if self.certified else None,
-            "details": _jsonable(self.details),
+            "details": jsonable(self.details),
             "libraries": dict(self.libraries),
             "wall_time_s": self.wall_time_s,
             "reason": self.reason,
+            "event": None if self.event is None else self.event.to_json(),
+            "delta": self.delta,
         }
 
 
-# The DP-GRPO specification calls ε records EpsilonResult; it is the same record.
+# Another name for the same record, kept for the DP-GRPO code.
 EpsilonResult = AccountingRecord

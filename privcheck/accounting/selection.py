@@ -1,6 +1,6 @@
 """Accounting for private selection: PrivBoN (exponential mechanism) and PrivITP (ex-post, two phases).
 
-Guarantees (proofs: docs/selection.md; spec: shared/spec/selection.md §4, §8–§10):
+Guarantees (proofs: docs/selection.md):
 - PrivBoN with Gumbel scale σ on scores clipped to [r_lo, r_hi] is ε-DP with ε = 2Δ/σ (nominal), and
   with the tight bounded-range loss ε_BoN(n) = log(1 + (n−1)e^{R/σ}) − log(1 + (n−1)e^{(R−2Δ)/σ}),
   R = r_hi − r_lo, for n candidates. Same loss for every output (ex-post = ex-ante).
@@ -35,7 +35,11 @@ from privcheck.numerics.ball import ThresholdPredicate, evaluate, evaluate_all, 
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
 
-EX_POST_NEIGHBORING = "user-declared (enters only through the score sensitivity Δ)"
+__all__ = ["EX_POST_NEIGHBORING", "KappaPair", "PrivITPParams", "kappa_midpoint_float", "privbon_epsilon",
+    "privbon_sigma", "privitp_kappa", "privitp_kappa_batch", "privitp_loss", "privitp_loss_batch",
+    "privitp_phase1_epsilon", "privitp_worst_phase2", "sensitivity_and_range"]
+
+EX_POST_NEIGHBORING = "score_sensitivity"  # NeighboringRelation.SCORE_SENSITIVITY: enters only through Δ
 
 
 def _score_range(r_lo, r_hi) -> tuple[float, float]:
@@ -52,7 +56,7 @@ def _sensitivity(delta_s, r_lo: float, r_hi: float) -> float:
     return d
 
 
-def _sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float | None]:
+def sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float | None]:
     """Validate Δ, against the score range when one is given (r_max None: no range, r_hi None)."""
     if r_max is None:
         return v.positive("sensitivity", sensitivity), r_lo, None
@@ -78,11 +82,11 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
         raise InvalidParameter("mode", mode, "'exact' or 'nominal'")
     sigma = v.positive("sigma", sigma)
     start = time.perf_counter()
-    sensitivity, r_lo, r_hi = _sensitivity_and_range(sensitivity, r_lo, r_max)
+    sensitivity, r_lo, r_hi = sensitivity_and_range(sensitivity, r_lo, r_max)
     nominal_ball, p0 = evaluate(lambda: 2 * arb(sensitivity) / arb(sigma))
     nominal = Certified.from_ball(nominal_ball, "arb", p0)
     inputs = {"sensitivity": sensitivity, "sigma": sigma, "mode": mode}
-    details = {"nominal": nominal.value, "reference": "McSherry & Talwar 2007; bounded range: spec §4.3"}
+    details = {"nominal": nominal.value, "reference": "McSherry & Talwar 2007; bounded range: docs/selection.md"}
     cert = nominal
     method = "exponential_mechanism_nominal"
     if candidates is not None:
@@ -108,7 +112,7 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
     ε_BoN(n; σ) ≤ ε (`tight=True`, needs `candidates` and `r_max`)."""
     epsilon = v.positive("epsilon", epsilon)
     start = time.perf_counter()
-    sensitivity, r_lo, r_hi = _sensitivity_and_range(sensitivity, r_lo, r_max)
+    sensitivity, r_lo, r_hi = sensitivity_and_range(sensitivity, r_lo, r_max)
     ball, prec = evaluate(lambda: 2 * arb(sensitivity) / arb(epsilon))
     nominal = float_up(ball)  # σ ≥ 2Δ/ε ⇔ 2Δ/σ ≤ ε: round up
     cert = Certified.from_ball(ball, "arb", prec)
@@ -335,7 +339,7 @@ def privitp_loss(params: PrivITPParams, lambda_tilde: float, halting_time: int |
         details={"eps1": eps1.value, "eps1_record": eps1.to_json(), "kappa": pair.kappa.to_json(),
                  "kappa_acc": pair.kappa_acc.to_json(), "eps2_post": eps2.to_json(), "c": pair.c,
                  "delta": params.delta, "ex_post": True,
-                 "reference": "spec §8.1 (Phase 2) and §10 (mixed composition)"},
+                 "reference": "docs/selection.md (PrivITP Phase 2 and mixed composition)"},
         wall_time_s=time.perf_counter() - start)
 
 
@@ -352,6 +356,7 @@ def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
     start = time.perf_counter()
     kappa, kappa_acc = privitp_kappa_batch(params, lts, log2_step=log2_step)
     eps1 = privitp_phase1_epsilon(params)
+    params_json = params.to_json()   # once: asdict per record dominated the batch
     records = []
     for lt, t, k, ka in zip(lts.tolist(), ts, kappa.tolist(), kappa_acc.tolist()):
         if t is not None:
@@ -368,7 +373,7 @@ def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
             neighboring=EX_POST_NEIGHBORING,
             details={"eps1": eps1.value, "kappa_upper": k, "kappa_acc_upper": ka, "eps2_post": eps2_up,
                      "delta": params.delta, "ex_post": True, "log2_step": log2_step,
-                     "c": params.threshold_width(lt), "params": params.to_json()},
+                     "c": params.threshold_width(lt), "params": params_json},
             wall_time_s=(time.perf_counter() - start) / max(1, len(ts))))
     return records
 
@@ -386,7 +391,7 @@ def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int
 
 def kappa_midpoint_float(params: PrivITPParams, lambda_tilde: float, points: int = 512) -> tuple[float, float]:
     """κ, κ_acc by a `points`-node midpoint rule over U in floats: a speed baseline, NOT a certificate
-    (the sign of its error is unknown; spec §13.1)."""
+    (the sign of its error is unknown)."""
     c = params.threshold_width(lambda_tilde)
     u = (np.arange(points) + 0.5) / points
     s, d = params.sigma_z, params.sensitivity

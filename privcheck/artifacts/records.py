@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from privcheck.accounting.records import _jsonable
+from privcheck.errors import InvalidParameter
+from privcheck.serialization import jsonable
+
+__all__ = ["CheckResult", "Claim", "SuiteResult"]
 
 
 @dataclass(frozen=True)
@@ -35,16 +38,16 @@ class CheckResult:
         object.__setattr__(self, "passed", bool(self.passed))
         status = self.status or ("pass" if self.passed else "fail")
         if status not in ("pass", "fail", "error", "skipped"):
-            raise ValueError(f"unknown check status {status!r}")
+            raise InvalidParameter("status", status, "'pass', 'fail', 'error' or 'skipped'")
         if self.passed != (status == "pass"):
-            raise ValueError("`passed` must be True exactly when status is 'pass'")
+            raise InvalidParameter("passed", self.passed, f"{status == 'pass'} (True exactly when status is 'pass')")
         object.__setattr__(self, "status", status)
 
     def to_json(self) -> dict:
         return {"name": self.name, "suite": self.suite, "passed": self.passed,
-                "observed": _jsonable(self.observed), "expected": _jsonable(self.expected),
-                "tolerance": _jsonable(self.tolerance), "reference": self.reference,
-                "inputs": _jsonable(self.inputs), "message": self.message, "seconds": self.seconds,
+                "observed": jsonable(self.observed), "expected": jsonable(self.expected),
+                "tolerance": jsonable(self.tolerance), "reference": self.reference,
+                "inputs": jsonable(self.inputs), "message": self.message, "seconds": self.seconds,
                 "status": self.status, "precision": self.precision}
 
 
@@ -65,9 +68,9 @@ class Claim:
         object.__setattr__(self, "assumptions", tuple(self.assumptions))
 
     def to_json(self) -> dict:
-        return {"mechanism": self.mechanism, "epsilon": _jsonable(self.epsilon), "delta": self.delta,
+        return {"mechanism": self.mechanism, "epsilon": jsonable(self.epsilon), "delta": self.delta,
                 "neighboring": self.neighboring, "assumptions": list(self.assumptions),
-                "parameters": _jsonable(self.parameters), "accountant": self.accountant}
+                "parameters": jsonable(self.parameters), "accountant": self.accountant}
 
 
 @dataclass

@@ -6,7 +6,9 @@ import io
 import json
 from pathlib import Path
 
-from privcheck.artifacts.writer import verify_seal, write_atomic
+from privcheck.artifacts.writer import ArtifactDirectory, verify_seal
+
+__all__ = ["render_markdown", "render_plots", "render_report", "write_report"]
 
 
 def _fmt(x) -> str:
@@ -74,15 +76,15 @@ def render_markdown(doc: dict, plots: list[str] = ()) -> str:
     return out.getvalue()
 
 
-def render_plots(doc: dict, directory: Path) -> list[str]:
-    """One PNG per figure; returns the file names written (none without matplotlib)."""
+def render_plots(doc: dict) -> dict[str, bytes]:
+    """One PNG per figure, in memory: {file name: PNG bytes} (empty without matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return []
-    names = []
+        return {}
+    images = {}
     for key, fig in sorted(doc.get("figures", {}).items()):
         f, ax = plt.subplots(figsize=(6, 4))
         for label, ys in fig["series"].items():
@@ -99,15 +101,23 @@ def render_plots(doc: dict, directory: Path) -> list[str]:
         f.tight_layout()
         f.savefig(buf, format="png", dpi=110)
         plt.close(f)
-        name = f"{key}.png"
-        write_atomic(directory / name, buf.getvalue())
-        names.append(name)
-    return names
+        images[f"{key}.png"] = buf.getvalue()
+    return images
+
+
+def write_report(doc: dict, staging: ArtifactDirectory) -> list[str]:
+    """Stage report.md and the plots of `doc` in `staging`; returns the plot file names."""
+    images = render_plots(doc)
+    for name, data in images.items():
+        staging.write_bytes(name, data)
+    staging.write_text("report.md", render_markdown(doc, list(images)))
+    return list(images)
 
 
 def render_report(directory: str | Path) -> Path:
-    """Read DIR/verification.json and write DIR/report.md (plus PNGs); returns the report path."""
+    """Read DIR/verification.json and (re)write DIR/report.md and its plots together; returns the report path."""
     directory = Path(directory)
     doc = json.loads((directory / "verification.json").read_text("utf-8"))
-    plots = render_plots(doc, directory)
-    return write_atomic(directory / "report.md", render_markdown(doc, plots).encode("utf-8"))
+    with ArtifactDirectory(directory) as staging:
+        write_report(doc, staging)
+    return directory / "report.md"

@@ -12,6 +12,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
+__all__ = ["Recorder", "all_of", "at_most", "within"]
+
 if TYPE_CHECKING:
     from privcheck.artifacts.records import CheckResult
 

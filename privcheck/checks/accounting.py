@@ -2,7 +2,7 @@
 
 References (none of them produced by this library):
 - Table VI / VII of Zhao, Januszewicz & Jung, "Reward-Driven Learning under Prompt-Level Differential
-  Privacy" (arXiv:2610.07212), as transcribed in shared/spec/dpgrpo.md §5.5;
+  Privacy" (arXiv:2610.07212), with the reproduced figures of docs/accounting.md ("Table VI");
 - the JAX-Privacy reference configuration (q=0.1, σ=3, T=512, δ=1e-6 → 3.77, reproduced as 3.7697);
 - closed forms evaluated in mpmath at 60 digits; dp-accounting's Gaussian PLD at q = 1.
 """
@@ -18,6 +18,8 @@ from privcheck import accounting as acc
 from privcheck.artifacts.records import Claim, SuiteResult
 from privcheck.checks import Recorder, all_of, at_most, within
 from privcheck.numerics import crosscheck
+
+__all__ = ["DPSGD_ASSUMPTIONS", "JAX_PRIVACY", "PAPER", "TABLE_VI", "run_suite"]
 
 PAPER = "Zhao, Januszewicz & Jung, arXiv:2610.07212, Table VI/VII"
 
@@ -53,8 +55,9 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     for name, n, m, T, sigma, paper, repro, rdp060, rdp_paper in TABLE_VI:
         q, delta = m / n, 1 / (10 * n)
         inputs = {"n": n, "m": m, "q": q, "T": T, "sigma": sigma, "delta": delta}
-        pld = acc.epsilon_pld(q, sigma, T, delta)
-        rdp = acc.epsilon_rdp(q, sigma, T, delta)
+        event = acc.PoissonGaussianEvent(q, sigma, T)
+        pld = acc.epsilon(event, delta)
+        rdp = acc.epsilon(event, delta, method="rdp")
         result.records += [pld, rdp]
         rec.run(f"table_vi.{name}.pld", lambda: all_of(
             within(round(pld.value, 3), paper, 1e-3, "PLD rounded to the paper's 3 decimals"),
@@ -64,14 +67,15 @@ def run_suite(seed: int | None = None) -> SuiteResult:
             within(rdp.value, rdp060, 1e-3, "RDP against dp-accounting 0.6.0's figure"),
             within(rdp.value, rdp_paper, 0.03, "RDP against the paper's (0.4.3) figure, stated tolerance 0.03"),
             at_most(pld.value, rdp.value, 1e-6, "RDP must not be below PLD")),
-            reference=PAPER + " (RDP column) and spec §5.5", inputs=inputs)
+            reference=PAPER + " (RDP column) and docs/accounting.md", inputs=inputs)
         result.claims.append(Claim(
-            mechanism="dp_grpo (Poisson-subsampled Gaussian, T rounds)", epsilon=pld.value, delta=delta,
-            neighboring="add_remove (one prompt with all its rollouts)", assumptions=DPSGD_ASSUMPTIONS,
-            parameters={"configuration": name, "q": q, "sigma": sigma, "T": T}, accountant="pld"))
+            mechanism="dpgrpo (Poisson-subsampled Gaussian, T rounds)", epsilon=pld.value, delta=delta,
+            neighboring=acc.NeighboringRelation.ADD_REMOVE.value, assumptions=DPSGD_ASSUMPTIONS,
+            parameters={"configuration": name, "q": q, "sigma": sigma, "T": T,
+                        "record": "one prompt with all its rollouts"}, accountant="pld"))
 
     j = JAX_PRIVACY
-    jax = acc.epsilon_pld(j["q"], j["sigma"], j["T"], j["delta"])
+    jax = acc.epsilon(acc.PoissonGaussianEvent(j["q"], j["sigma"], j["T"]), j["delta"])
     result.records.append(jax)
     rec.run("jax_privacy_reference.pld", lambda: all_of(
         within(jax.value, j["pld"], 1e-4), within(jax.value, j["published"], 5e-3, "published 3.77")),
@@ -81,7 +85,7 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     q, T, delta = 128 / 6988, 50, 1 / 69880
     cal = acc.calibrate_sigma(q, T, delta, 8.0)
     result.records.append(cal)
-    below = acc.epsilon_pld(q, cal.value - 1e-5, T, delta)
+    below = acc.epsilon(acc.PoissonGaussianEvent(q, cal.value - 1e-5, T), delta)
     rec.run("calibration.math_eps8", lambda: all_of(
         within(cal.value, 0.4842404738068581, 2e-5, "σ against Table VII"),
         at_most(cal.epsilon, 8.0, 0.0, "achieved ε at the returned σ"),
@@ -92,8 +96,8 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     # 3. Exact single round, certified in Arb, against PLD (T = 1), mpmath quadrature and acb.integral.
     for q, sigma, delta in ((128 / 6988, 0.4842404738068581, 1 / 69880), (0.25, 1.144, 1e-3), (1.0, 1.0, 1e-5)):
         inputs = {"q": q, "sigma": sigma, "T": 1, "delta": delta}
-        exact = acc.epsilon_single_round_certified(q, sigma, delta)
-        pld1 = acc.epsilon_pld(q, sigma, 1, delta)
+        exact = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta, method="exact_single_round")
+        pld1 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta)
         result.records += [exact, pld1]
         cert = exact.certified
         rec.run(f"single_round.q{q:.4g}_s{sigma:.4g}.pld_vs_certified", lambda: all_of(
@@ -117,8 +121,8 @@ def run_suite(seed: int | None = None) -> SuiteResult:
 
     # 4. Small T: quadrature recursion (second method) against PLD.
     for q, sigma, T, delta in ((0.25, 1.144, 2, 1e-3), (128 / 6988, 0.4842404738068581, 2, 1 / 69880)):
-        quad = acc.epsilon_quadrature(q, sigma, T, delta)
-        pld2 = acc.epsilon_pld(q, sigma, T, delta)
+        quad = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta, method="quadrature")
+        pld2 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta)
         result.records += [quad, pld2]
         rec.run(f"small_T.q{q:.4g}_T{T}.pld_vs_quadrature", lambda: all_of(
             at_most(quad.value, pld2.value, 1e-9, "PLD must not be below the quadrature ε"),
@@ -128,7 +132,7 @@ def run_suite(seed: int | None = None) -> SuiteResult:
 
     # 5. Analytic Gaussian: certified enclosure against the 60-digit mpmath profile; q = 1 PLD agrees.
     for sigma, delta in ((1.0, 1e-5), (3.0, 1e-6), (0.5, 1e-3)):
-        g = acc.gaussian_epsilon(sigma, delta)
+        g = acc.epsilon(acc.GaussianEvent(sigma), delta)
         result.records.append(g)
 
         def _gauss_check(g=g, sigma=sigma, delta=delta):
@@ -140,23 +144,24 @@ def run_suite(seed: int | None = None) -> SuiteResult:
         rec.run(f"analytic_gaussian.sigma{sigma}_delta{delta}.enclosure", _gauss_check,
                 reference="Balle & Wang 2018 Thm 8, evaluated in mpmath at 60 digits",
                 inputs={"sigma": sigma, "delta": delta})
-        pld_g = acc.epsilon_pld(1.0, sigma, 1, delta)
+        pld_g = acc.epsilon(acc.PoissonGaussianEvent(1.0, sigma, 1), delta)
         rec.run(f"analytic_gaussian.sigma{sigma}_delta{delta}.dp_accounting_q1", lambda: all_of(
             at_most(g.certified.lower, pld_g.value, 0.0), within(pld_g.value, g.value, 1e-5)),
             reference="dp-accounting Gaussian PLD (q = 1), a different library",
             inputs={"sigma": sigma, "delta": delta})
 
-    # Published values (selection spec O-6): ε at δ = 1e-5 for μ = Δ/σ ∈ {0.25, 0.5, 1, 2}; σ for ε = 1.
+    # Reference values of the analytic Gaussian mechanism (docs/accounting.md): ε at δ = 1e-5 for
+    # μ = Δ/σ ∈ {0.25, 0.5, 1, 2}; σ for ε = 1.
     for mu, expected in ((0.25, 0.926342), (0.5, 1.993091), (1.0, 4.377178), (2.0, 9.997256)):
-        g = acc.gaussian_epsilon(1 / mu, 1e-5)
+        g = acc.epsilon(acc.GaussianEvent(1 / mu), 1e-5)
         result.records.append(g)
         rec.run(f"analytic_gaussian.mu{mu}_delta1e-5.published", lambda: within(g.value, expected, 1e-6),
-                reference="selection spec O-6 (Balle & Wang 2018 analytic Gaussian)",
+                reference="analytic Gaussian reference values (Balle & Wang 2018; docs/accounting.md)",
                 inputs={"mu": mu, "delta": 1e-5})
     sig = acc.gaussian_sigma(1.0, 1e-5)
     result.records.append(sig)
     rec.run("analytic_gaussian.sigma_for_eps1_delta1e-5", lambda: all_of(
-        within(sig.value, 3.7306316, 1e-7, "selection spec O-6; Balle & Wang 2018 report σ ≈ 3.73"),
+        within(sig.value, 3.7306316, 1e-7, "reference value 3.7306316; Balle & Wang 2018 report σ ≈ 3.73"),
         {"passed": bool(_mp_analytic_delta(1.0, 1 / sig.value) <= 1e-5), "observed": sig.value,
          "expected": "δ(1; 1/σ) ≤ 1e-5 at 60 digits", "tolerance": 0.0}),
         reference="Balle & Wang 2018 (analytic Gaussian mechanism)", inputs={"epsilon": 1.0, "delta": 1e-5})
@@ -181,6 +186,23 @@ def run_suite(seed: int | None = None) -> SuiteResult:
              "expected": f">= {mpmath.nstr(r_delta, 20)}", "tolerance": 0.0, "message": "rounded up"}),
             reference="replace-one 2ε, (1+e^ε)δ (mpmath, 60 digits)", inputs={"epsilon": eps, "delta": delta})
 
+    # 7. Events in dp-accounting's own accountant: a two-phase history (an Opacus-style schedule) and the MATH row.
+    for label, event, delta in (("history_two_phase", acc.CompositionHistory.parse("1.0:0.05:100,0.8:0.05:100"), 1e-5),
+                                ("math_row", acc.PoissonGaussianEvent(128 / 6988, 0.4842404738068581, 50),
+                                 1 / 69880)):
+        ours = acc.epsilon(event, delta)
+        result.records.append(ours)
+
+        def _dp_accounting_check(event=event, delta=delta, ours=ours):
+            from dp_accounting.pld import PLDAccountant
+            accountant = PLDAccountant()
+            accountant.compose(event.to_dp_event())
+            theirs = accountant.get_epsilon(delta)
+            return within(ours.value, theirs, 1e-9, "epsilon(event) against PLDAccountant(event.to_dp_event())")
+        rec.run(f"events.{label}.dp_accounting_pld_accountant", _dp_accounting_check,
+                reference="dp-accounting's PLDAccountant composing our to_dp_event() (its own composition path)",
+                inputs=event.to_json())
+
     mu = acc.dp_to_gdp(1.0, 1e-5)
     back = acc.gdp_to_dp(mu.value, 1e-5)
     result.records += [mu, back]
@@ -199,19 +221,19 @@ def _figures() -> dict:
     q, delta = 128 / 6988, 1 / 69880
     sigmas = [0.45, 0.5, 0.6, 0.7, 0.85, 1.0, 1.25, 1.5, 2.0]
     steps = [1, 5, 10, 25, 50, 100, 200, 400]
+
+    def series(events):
+        return {"PLD (interval 1e-3)": [_num(acc.epsilon(e, delta, interval=1e-3).value) for e in events],
+                "RDP": [_num(acc.epsilon(e, delta, method="rdp").value) for e in events]}
+
     return {
         "epsilon_vs_sigma": {
             "title": "ε vs σ (q = 128/6988, T = 50, δ = 1/69880)", "x_label": "noise multiplier σ",
-            "y_label": "ε", "x": sigmas,
-            "series": {"PLD (interval 1e-3)": [_num(acc.epsilon_pld(q, s, 50, delta, interval=1e-3).value)
-                                               for s in sigmas],
-                       "RDP": [_num(acc.epsilon_rdp(q, s, 50, delta).value) for s in sigmas]}},
+            "y_label": "ε", "x": sigmas, "series": series([acc.PoissonGaussianEvent(q, s, 50) for s in sigmas])},
         "epsilon_vs_steps": {
             "title": "ε vs T (q = 128/6988, σ = 0.4842, δ = 1/69880)", "x_label": "steps T", "y_label": "ε",
             "x": steps, "log_x": True,
-            "series": {"PLD (interval 1e-3)": [_num(acc.epsilon_pld(q, 0.4842404738068581, t, delta,
-                                                                     interval=1e-3).value) for t in steps],
-                       "RDP": [_num(acc.epsilon_rdp(q, 0.4842404738068581, t, delta).value) for t in steps]}},
+            "series": series([acc.PoissonGaussianEvent(q, 0.4842404738068581, t) for t in steps])},
     }
 
 

@@ -1,4 +1,4 @@
-"""pytest plugin exposing the dpgrpo checks V1–V12 (spec shared/spec/dpgrpo.md §8).
+"""pytest plugin exposing the DP-GRPO training checks V1–V12 (docs/dpgrpo.md, "`pytest --privcheck` in your CI").
 
 Registered through the ``pytest11`` entry point named ``privcheck.checks.pytest_plugin``, i.e. this module's own
 name: an explicit ``-p privcheck.checks.pytest_plugin`` (needed only under ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``) or
@@ -10,7 +10,7 @@ and with them torch and the accountant, are imported only when a check runs); it
 outcome, and its only standing effect is a default ``privcheck_bindings`` fixture that nothing else requests.
 
 Use: override the ``privcheck_bindings`` fixture in your **rootdir** ``conftest.py`` to return your
-`privcheck.checks.dpsgd.SuiteBindings` and run ``pytest --privcheck``: one test per check is collected,
+`privcheck.checks.training.SuiteBindings` and run ``pytest --privcheck``: one test per check is collected,
 ``privcheck[<check name>]``. A check whose bindings are missing is reported as *skipped* with its reason (never
 as passed); a failing or erroring check fails its test.
 
@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import pytest
 
+__all__ = ["check_names", "privcheck_bindings", "privcheck_test", "pytest_addoption", "pytest_collection_modifyitems",
+           "pytest_generate_tests", "run_check"]
+
 
 def check_names() -> tuple[str, ...]:
     """Names of the checks V1–V12, in suite order (imports the checks module)."""
-    from privcheck.checks import dpsgd
+    from privcheck.checks import training
 
-    return tuple(dpsgd.CHECKS)
+    return tuple(training.CHECKS)
 
 
 def pytest_addoption(parser):
@@ -41,18 +44,18 @@ def pytest_addoption(parser):
 
 @pytest.fixture
 def privcheck_bindings():
-    """Override in your rootdir conftest.py: return a `privcheck.checks.dpsgd.SuiteBindings`."""
+    """Override in your rootdir conftest.py: return a `privcheck.checks.training.SuiteBindings`."""
     pytest.fail("privcheck: no bindings. Define a `privcheck_bindings` fixture in your rootdir conftest.py that "
-                "returns privcheck.checks.dpsgd.SuiteBindings(...) bound to your trainer", pytrace=False)
+                "returns privcheck.checks.training.SuiteBindings(...) bound to your trainer", pytrace=False)
 
 
 def run_check(name: str, bindings):
     """Run one check and translate its status: skipped → pytest.skip(reason), fail/error → pytest.fail."""
-    from privcheck.checks import dpsgd
+    from privcheck.checks import training
 
-    if not isinstance(bindings, dpsgd.SuiteBindings):
+    if not isinstance(bindings, training.SuiteBindings):
         pytest.fail(f"privcheck_bindings must return SuiteBindings, got {type(bindings).__name__}", pytrace=False)
-    result = dpsgd.CHECKS[name](bindings)
+    result = training.CHECKS[name](bindings)
     if result.status == "skipped":
         pytest.skip(f"{name}: {result.message}")
     if result.status != "pass":

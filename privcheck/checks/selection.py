@@ -1,4 +1,4 @@
-"""Model-agnostic checks for selection mechanisms (spec selection.md §16.1): exact-law pair checks,
+"""Model-agnostic checks for selection mechanisms (the bug zoo of docs/selection.md): exact-law pair checks,
 the analytic-Gaussian release check, the public-constants probe and the filter-budget check.
 
 Each returns a check dict (passed, observed, expected, tolerance, message) for `privcheck.checks.Recorder`.
@@ -16,6 +16,9 @@ from flint import arb
 
 from privcheck.accounting.gaussian import delta_ball
 from privcheck.numerics.ball import decide
+
+__all__ = ["check_bound_attained", "check_bound_respected", "check_budget_respected", "check_gaussian_release",
+           "check_public_constants"]
 
 
 def _log_ratios(law, pair) -> np.ndarray:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
+__all__ = ["DEFAULT_ALPHA", "binomial_agreement", "binomial_pvalues"]
+
 DEFAULT_ALPHA = 1e-6
 
 

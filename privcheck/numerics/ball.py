@@ -13,6 +13,9 @@ from flint import arb, ctx
 
 from privcheck.errors import CertificationError
 
+__all__ = ["MAX_PREC", "REL_TOL", "START_PREC", "ThresholdPredicate", "decide", "evaluate", "evaluate_all", "gauss_G",
+           "log_diff_exp", "log_gauss_G", "log_normal_cdf", "normal_cdf", "normal_pdf", "normal_sf"]
+
 START_PREC = 64
 MAX_PREC = 8192
 REL_TOL = 1e-12

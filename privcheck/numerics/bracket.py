@@ -15,6 +15,8 @@ from typing import Callable
 
 from privcheck.errors import CertificationError
 
+__all__ = ["Bracket", "certified_crossing"]
+
 
 @dataclass(frozen=True)
 class Bracket:

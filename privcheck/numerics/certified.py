@@ -14,6 +14,8 @@ from fractions import Fraction
 
 from flint import arb
 
+__all__ = ["Certified", "float_down", "float_up"]
+
 
 def float_up(x: arb) -> float:
     """The smallest float64 not below the upper end of the ball `x` (inf if unbounded)."""

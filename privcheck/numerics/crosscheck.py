@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import mpmath
 
+__all__ = ["DEFAULT_DPS", "analytic_gaussian_delta", "gauss_G", "log_diff_exp", "log_gauss_G", "log_normal_cdf",
+           "normal_cdf", "subsampled_gaussian_delta_single_round"]
+
 DEFAULT_DPS = 60
 
 
@@ -60,9 +63,16 @@ def subsampled_gaussian_delta_single_round(q, sigma, epsilon, dps: int = DEFAULT
     with mpmath.workdps(dps + 20):
         q, s, eps = _mp(q), _mp(sigma), _mp(epsilon)
         alpha = mpmath.exp(eps)
-        b = lambda x: mpmath.npdf(x, 0, s)
-        a = lambda x: (1 - q) * mpmath.npdf(x, 0, s) + q * mpmath.npdf(x, 1, s)
-        loss = lambda x: mpmath.log(1 - q + q * mpmath.exp((2 * x - 1) / (2 * s * s)))
+
+        def b(x):
+            return mpmath.npdf(x, 0, s)
+
+        def a(x):
+            return (1 - q) * mpmath.npdf(x, 0, s) + q * mpmath.npdf(x, 1, s)
+
+        def loss(x):
+            return mpmath.log(1 - q + q * mpmath.exp((2 * x - 1) / (2 * s * s)))
+
         inf_loss = mpmath.log(1 - q) if q < 1 else -mpmath.inf
         span = 400 * s * s + 10 * s + 10
 

@@ -14,6 +14,8 @@ from flint import acb, arb, ctx
 from privcheck.errors import CertificationError
 from privcheck.numerics.ball import normal_pdf
 
+__all__ = ["gaussian_tail_bound", "integrate", "with_tail"]
+
 
 def integrate(integrand: Callable[[acb], acb], a, b, *, prec: int = 256,
               max_width: float | None = None, breakpoints=()) -> arb:

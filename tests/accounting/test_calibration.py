@@ -1,4 +1,4 @@
-"""Calibration of σ and T against a target ε (spec §5.3): never overshoot, and be (near) minimal.
+"""Calibration of σ and T against a target ε: never overshoot, and be (near) minimal.
 
 Every ε used to judge a calibration is recomputed here with dp-accounting's own `PLDAccountant`
 (add-or-remove, `PoissonSampledDpEvent(q, GaussianDpEvent(σ))` composed T times), not through the library.
@@ -38,7 +38,7 @@ def test_math_eps8_row_calibration():
     assert hi == cal.value and lo < hi and hi - lo <= 1e-6
     assert dpa_epsilon(q, cal.value, T, delta) <= 8.0
     assert dpa_epsilon(q, cal.value - 1e-5, T, delta) > 8.0
-    assert calibrate_sigma(q, T, delta, 8.0) is cal        # cached (spec §5.3)
+    assert calibrate_sigma(q, T, delta, 8.0) is cal        # cached
     out = json.loads(json.dumps(cal.to_json(), allow_nan=False))
     assert out["value"] == cal.value and out["bracket"] == [lo, hi] and out["epsilon"] <= 8.0
     assert out["inputs"]["interval"] == 1e-4

@@ -1,7 +1,7 @@
 """Poisson-subsampled Gaussian (DP-SGD / DP-GRPO): PLD, RDP, exact single round, small-T quadrature.
 
 Independent references used here:
-- Table VI of the DP-GRPO paper and the JAX-Privacy reference (shared/spec/dpgrpo.md §5.5);
+- Table VI of the DP-GRPO paper and the JAX-Privacy reference (docs/accounting.md);
 - dp-accounting called directly through its `PLDAccountant` / event API (a different call path from the
   library's `from_gaussian_mechanism(...).self_compose(T)`);
 - the exact single-round profile written below in mpmath at 60 digits, and mpmath quadrature
@@ -22,15 +22,22 @@ from flint import ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privcheck.accounting import (composed_delta_quadrature, epsilon_pld, epsilon_quadrature, epsilon_rdp,
-                                  epsilon_single_round_certified, gaussian_epsilon, single_round_delta_ball,
-                                  single_round_delta_integral)
-from privcheck.accounting.dpsgd import _delta_single_float
+from privcheck.accounting import (
+    composed_delta_quadrature,
+    epsilon_pld,
+    epsilon_quadrature,
+    epsilon_rdp,
+    epsilon_single_round_certified,
+    gaussian_epsilon,
+    single_round_delta_ball,
+    single_round_delta_integral,
+)
+from privcheck.accounting.dpsgd import delta_single_float
 from privcheck.numerics import crosscheck
 
 DPS = 60
 
-# Table VI (spec §5.5): (id, n, m, T, σ from Table VII, PLD paper, PLD repro, RDP dp-accounting 0.6.0,
+# Table VI (docs/accounting.md): (id, n, m, T, σ from Table VII, PLD paper, PLD repro, RDP dp-accounting 0.6.0,
 # optimal RDP order printed in the paper)
 TABLE_VI = [
     ("math_eps1", 6988, 128, 50, 1.0023417361080647, 1.000, 1.0000, 1.4628, 7.6),
@@ -45,7 +52,7 @@ ROWS = [pytest.param(*row[1:], id=row[0]) for row in TABLE_VI]
 
 
 def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
-    """ε from dp-accounting's own accountant API (spec §5.2), not through the library."""
+    """ε from dp-accounting's own accountant API not through the library."""
     acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
                                                value_discretization_interval=interval)
     acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), T)
@@ -270,7 +277,7 @@ def test_single_round_closed_form_and_integral_agree_and_contain_mpmath(q, sigma
 def test_float_single_round_both_directions_for_every_real_epsilon(q, sigma, eps):
     """The float closed forms the T ≥ 2 recursion is built on, over negative ε too (H_α = 1 − α for small α)."""
     for direction, ref in (("ab", mp_delta_ab), ("ba", mp_delta_ba)):
-        got, want = _delta_single_float(q, sigma, eps, direction), float(ref(q, sigma, eps))
+        got, want = delta_single_float(q, sigma, eps, direction), float(ref(q, sigma, eps))
         assert abs(got - want) <= 1e-12 * max(abs(want), 1e-300) + 1e-16, (direction, got, want)
 
 

@@ -13,9 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privcheck.accounting import (ExPostFilter, BudgetExceeded, PrivITPParams, basic_composition, privbon_epsilon,
-                                  privbon_sigma, privitp_kappa, privitp_kappa_batch, privitp_loss,
-                                  privitp_phase1_epsilon, privitp_worst_phase2)
+from privcheck.accounting import (
+    BudgetExceeded,
+    ExPostFilter,
+    PrivITPParams,
+    basic_composition,
+    privbon_epsilon,
+    privbon_sigma,
+    privitp_kappa,
+    privitp_kappa_batch,
+    privitp_loss,
+    privitp_phase1_epsilon,
+    privitp_worst_phase2,
+)
 from privcheck.accounting.selection import kappa_midpoint_float
 from privcheck.errors import InvalidParameter
 

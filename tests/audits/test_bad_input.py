@@ -1,4 +1,4 @@
-"""Bad input (issue 5, spec §9): InvalidParameter naming the parameter, raised before any work."""
+"""Bad input: InvalidParameter naming the parameter, raised before any work."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ def no_work(monkeypatch):
         raise AssertionError("work started before validation")
     monkeypatch.setattr(one_run, "search_eps_lower", forbidden)
     monkeypatch.setattr(strategies, "search_eps_lower", forbidden)
-    monkeypatch.setattr(one_run, "_tail_and_window", forbidden)
+    monkeypatch.setattr(one_run, "p_value_unchecked", forbidden)
+    monkeypatch.setattr(strategies, "p_value_unchecked", forbidden)
 
 
 COUNT_CASES = [
@@ -44,7 +45,8 @@ def test_from_counts_counts(no_work, counts, name):
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(confidence=1.0), "confidence"), (dict(confidence=0.0), "confidence"),
-                                          (dict(confidence=-0.5), "confidence"), (dict(confidence=math.nan), "confidence"),
+                                          (dict(confidence=-0.5), "confidence"),
+                                          (dict(confidence=math.nan), "confidence"),
                                           (dict(delta=-1e-9), "delta"), (dict(delta=1.5), "delta"),
                                           (dict(delta=math.inf), "delta"), (dict(delta="1e-5"), "delta"),
                                           (dict(eps_nominal=-1.0), "eps_nominal")])

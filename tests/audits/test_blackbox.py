@@ -1,7 +1,7 @@
 """Black-box pair audit (audits/blackbox.py) on the selection harnesses (audits/selection_pairs.py).
 
-Expected values come from closed forms evaluated in mpmath (exponential mechanism 0.5000 of audits spec §12,
-ε_BoN(n) and PrivITP's κ, κ_acc of selection spec §4.3/§8.1), from scipy's binomial test and from the
+Expected values come from closed forms evaluated in mpmath (exponential mechanism 0.5000 of docs/audits.md
+"Reference values", ε_BoN(n) and PrivITP's κ, κ_acc of docs/selection.md), from scipy's binomial test and from the
 Gaussian law of λ̃ (scipy.stats.norm). Statistical assertions use fixed seeds and confidence levels chosen so
 that a correct implementation fails with probability below 1e-6 (union bound over the audits of a test);
 power margins are stated next to each assertion.
@@ -14,11 +14,28 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest, norm
 
-from audits.blackbox import (D_OVER_DPRIME, DPRIME_OVER_D, Event, Fixed, Singletons, Thresholds, TopPrefixes,
-                             bound_from_counts, cp_lower, cp_upper, pair_audit, select_event)
+from audits.blackbox import (
+    D_OVER_DPRIME,
+    DPRIME_OVER_D,
+    Event,
+    Fixed,
+    Singletons,
+    Thresholds,
+    TopPrefixes,
+    bound_from_counts,
+    cp_lower,
+    cp_upper,
+    pair_audit,
+    select_event,
+)
 from audits.report import audit_document
-from audits.selection_pairs import (exponential_mechanism_pair, plan_privitp_phase2, privbon_worst_pair,
-                                    privitp_phase1_pair, privitp_phase2_pair)
+from audits.selection_pairs import (
+    exponential_mechanism_pair,
+    plan_privitp_phase2,
+    privbon_worst_pair,
+    privitp_phase1_pair,
+    privitp_phase2_pair,
+)
 from privcheck.accounting import PrivITPParams
 from privcheck.errors import InvalidParameter
 
@@ -35,13 +52,14 @@ ITP_LAMBDA = 0.0
 # --- independent references -------------------------------------------------------------------------------------
 
 def mp_eps_bon(n, delta_s, sigma, r):
-    """Selection spec §4.3: log(1 + (n−1)e^{R/σ}) − log(1 + (n−1)e^{(R−2Δ)/σ})."""
+    """PrivBoN worst pair (docs/selection.md, "PrivBoN"): log(1 + (n−1)e^{R/σ}) − log(1 + (n−1)e^{(R−2Δ)/σ})."""
     n, delta_s, sigma, r = (mp.mpf(x) for x in (n, delta_s, sigma, r))
     return mp.log(1 + (n - 1) * mp.e ** (r / sigma)) - mp.log(1 + (n - 1) * mp.e ** ((r - 2 * delta_s) / sigma))
 
 
 def mp_itp_eps2(params, lt, t):
-    """Selection spec §8.1: ε2(t) = (t−1)κ + κ_acc, ε2(⊥) = nκ, with A, B in terms of G(u) = uΦ(u) + φ(u)."""
+    """PrivITP Phase 2 (docs/selection.md, "PrivITP"): ε2(t) = (t−1)κ + κ_acc, ε2(⊥) = nκ, with A, B in terms of
+    G(u) = uΦ(u) + φ(u)."""
     s, d, r = mp.mpf(params.sigma_z), mp.mpf(params.sensitivity), mp.mpf(params.r_max)
     lt = mp.mpf(lt)
     c = r + s * mp.mpf(params.headroom) - lt
@@ -61,7 +79,7 @@ def test_clopper_pearson_matches_binomtest_and_closed_forms():
         up = binomtest(k, n, alternative="less").proportion_ci(confidence_level=1 - a, method="exact").high
         assert cp_lower(k, n, a) == pytest.approx(lo, rel=1e-9, abs=1e-15)
         assert cp_upper(k, n, a) == pytest.approx(up, rel=1e-9, abs=1e-15)
-    # Edges: CP_up(0, n) = 1 − a^{1/n} (audits spec §12: 0.0036821 at n = 1000), CP_lo(n, n) = a^{1/n}.
+    # Edges: CP_up(0, n) = 1 − a^{1/n} (reference value 0.0036821 at n = 1000), CP_lo(n, n) = a^{1/n}.
     assert float(cp_upper(0, 1000, a)) == pytest.approx(0.0036821, abs=1e-7)
     assert float(cp_lower(1000, 1000, a)) == pytest.approx(a ** (1 / 1000), rel=1e-12)
     assert float(cp_lower(0, 10, a)) == 0.0 and float(cp_upper(10, 10, a)) == 1.0
@@ -120,7 +138,7 @@ def test_exponential_mechanism_reference_value():
     p_d, p_dp = mp.e ** half / (1 + mp.e ** half), 1 / (1 + mp.e ** half)
     exact = mp.log(p_d / p_dp)
     assert abs(exact - half) < mp.mpf(10) ** -45                          # closed form: exactly 1/2
-    assert pair.exact_log_ratio() == pytest.approx(0.5, abs=1e-4)       # spec reference 0.5000
+    assert pair.exact_log_ratio() == pytest.approx(0.5, abs=1e-4)       # reference value 0.5000
     assert pair.exact_log_ratio() == pytest.approx(float(exact), abs=1e-12)
     assert pair.certified_epsilon == pytest.approx(float(mp_eps_bon(2, 1, 2, 1)), abs=1e-12)
     assert pair.certified_epsilon >= float(exact) - 1e-15
@@ -154,7 +172,7 @@ def test_privbon_worst_pair_is_tight_and_audited():
 def test_privitp_phase2_worst_pair_is_tight_and_audited(target):
     pair = privitp_phase2_pair(ITP, ITP_LAMBDA, target)
     exact = float(mp_itp_eps2(ITP, ITP_LAMBDA, target))
-    assert pair.exact_log_ratio() == pytest.approx(exact, abs=1e-9)          # spec §8.2 tightness
+    assert pair.exact_log_ratio() == pytest.approx(exact, abs=1e-9)          # the pair is tight
     assert exact - 1e-12 <= pair.certified_epsilon <= exact + 1e-9
     report = pair.audit(200_000, seed=5, confidence=STRICT)                  # pre-registered {t = target}
     eps = report.result["eps_lower"]
@@ -186,11 +204,11 @@ def test_privitp_phase1_pair_gaussian_release():
     params = PrivITPParams(candidates=4, beta=0.05, sigma_x=0.01, sigma_z=0.05, headroom=0.5, sensitivity=0.01,
                            delta=1e-5, r_max=1.0)             # μ = Δ/σ_X = 1
     pair = privitp_phase1_pair(params)
-    assert pair.certified_epsilon == pytest.approx(4.377178, abs=1e-6)      # selection spec O-6, μ = 1
+    assert pair.certified_epsilon == pytest.approx(4.377178, abs=1e-6)      # ε(μ = 1, δ = 1e-5) of the μ-GDP curve
     report = pair.audit(100_000, seed=2, confidence=STRICT, criterion="predicted_bound")
     event = report.result["event"]
     # Exact law: λ̃ ~ N(λ̂ + Δ, σ_X²) on D and N(λ̂, σ_X²) on D′, with λ̂ = 0.495 − 0.05 = 0.445 for four
-    # scores at 0.495 (λ̂ = s − β for constant scores, selection spec O-1e); scipy.stats.norm evaluates it.
+    # scores at 0.495 (λ̂ = s − β for constant scores); scipy.stats.norm evaluates it.
     lam = 0.495 - 0.05
     sf = norm.sf if event["op"] == ">=" else norm.cdf
     p_d, p_dp = sf(event["threshold"], lam + 0.01, 0.01), sf(event["threshold"], lam, 0.01)
@@ -223,7 +241,7 @@ def test_correct_mechanisms_never_exceed_their_certified_epsilon():
     assert positive >= 25          # and the audits have power (every pair's expected bound is > 0.2)
 
 
-# --- §8.2: selecting the event on the tested data is invalid ----------------------------------------------------
+# --- selecting the event on the tested data is invalid --------------------------------------------------------
 
 def test_split_is_needed_null_mechanism():
     """Identical laws on D and D′ (true ε = 0), 400 outputs, 3,000 draws per side, 200 repetitions.

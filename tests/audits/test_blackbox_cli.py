@@ -1,6 +1,6 @@
-"""`privcheck audit selection` (audits/selection_cli.py), on a parser built here the way privcheck.cli builds
-its verbs. Reference values: the exponential-mechanism pair's 0.5000 (audits spec §12) and ε_BoN(16) from the
-closed form of selection spec §4.3 (mpmath)."""
+"""`privcheck audit selection` (audits/cli/selection.py), on a parser built here the way privcheck.cli builds
+its verbs. Reference values: the exponential-mechanism pair's 0.5000 (docs/audits.md reference values) and ε_BoN(16)
+from the closed form of docs/selection.md (mpmath)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import mpmath as mp
 import pytest
 
-from privcheck.cli import build_parser
 from privcheck.artifacts.writer import verify_seal
+from privcheck.cli import build_parser
 from privcheck.errors import InvalidParameter
 
 
@@ -30,7 +30,7 @@ def test_privbon_example_json_and_artifact(tmp_path, capsys):
                 "--out", str(tmp_path), "--json"], capsys)
     doc = json.loads(out)                                  # exactly one JSON object
     assert doc["method"] == "blackbox_pair"
-    assert doc["epsilon_certified"] == pytest.approx(0.5, abs=1e-4)          # spec reference 0.5000
+    assert doc["epsilon_certified"] == pytest.approx(0.5, abs=1e-4)          # reference value 0.5000
     assert doc["exact_log_ratio"] == pytest.approx(0.5, abs=1e-12)
     assert 0 < doc["eps_lower"] <= 0.5 and doc["eps_lower"] == doc["result"]["eps_lower"]
     written = json.loads((tmp_path / "audit.json").read_text())
@@ -65,7 +65,7 @@ def test_privitp_phase1_thresholds(tmp_path, capsys):
                 "--out", str(tmp_path), "--json"], capsys)
     doc = json.loads(out)
     assert doc["result"]["event"]["op"] in (">=", "<=") and doc["claim"]["delta"] == 1e-5
-    assert doc["claim"]["epsilon"] == pytest.approx(4.377178, abs=1e-6)    # selection spec O-6, μ = 1
+    assert doc["claim"]["epsilon"] == pytest.approx(4.377178, abs=1e-6)    # ε(μ = 1, δ = 1e-5) of the μ-GDP curve
     assert doc["eps_lower"] <= doc["claim"]["epsilon"]
 
 

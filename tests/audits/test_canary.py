@@ -1,4 +1,4 @@
-"""Membership coins, the commitment format, the sealed reveal and pre-registration (spec audits.md §3.1, §3.5, §7.5)."""
+"""Membership coins, the commitment format, the sealed reveal and pre-registration (docs/audits.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ import pytest
 from scipy.stats import binom
 
 from audits import canary
-from audits.canary import (Membership, Preregistration, commit, draw_membership, freeze_scores, new_salt,
-                           score_canaries, verify)
+from audits.canary import (
+    Membership,
+    Preregistration,
+    commit,
+    draw_membership,
+    freeze_scores,
+    new_salt,
+    score_canaries,
+    verify,
+)
 from audits.one_run import from_scores
 from privcheck.errors import InvalidParameter
 

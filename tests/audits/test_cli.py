@@ -1,4 +1,4 @@
-"""`privcheck audit ...`: headline keys, values against spec §12, tables, artifacts, and errors (exit 2)."""
+"""`privcheck audit ...`: headline keys, reference values (docs/audits.md), tables, artifacts, and errors (exit 2)."""
 
 from __future__ import annotations
 

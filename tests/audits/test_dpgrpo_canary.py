@@ -1,15 +1,17 @@
-"""The DP-GRPO gradient-canary audit (audits/dpgrpo_canary.py, audits/dpgrpo_cli.py; spec audits.md §3.1, §7.3–§7.6).
+"""The DP-GRPO gradient-canary audit (audits/dpgrpo_canary.py, audits/cli/dpgrpo.py; docs/audits.md, "Auditing
+DP-GRPO in one run").
 
 One seeded end-to-end audit (tiny-cpu model and task, 4 real records, q = 0.5, T = 10, 300 added Dirac canaries,
 ε = 8 at δ = 1/(10·n′)) is run once per module and inspected from several sides. Expected values are recomputed
-here, independently of the code under test: the commitment by hand from the spec §3.1 byte layout, the LLR as the
-log-ratio of the two Gaussian mixtures with scipy's `norm.logpdf`, the AUROC by counting pairs, the divisor from
-public numbers, realised inclusions from the log.
+here, independently of the code under test: the commitment by hand from its byte layout sha256(salt ‖ ids ‖ bits),
+the LLR as the log-ratio of the two Gaussian mixtures with scipy's `norm.logpdf`, the AUROC by counting pairs, the
+divisor from public numbers, realised inclusions from the log, the certified ε from the accountant's entry point.
 
 Why the seeded assertions are not fragile: the audit's ε_lower can never exceed the ceiling ε_max(300) = 4.32 at
-this δ (spec §3.7) while the certified ε is 8, and with the plan's score model (which the masked Dirac canaries
-follow exactly) ε_lower = 0 needs the top-k* guesses to be right about as often as coin flips, against a planned
-precision above 0.9 (the plan's Monte Carlo found no zero in its audits); any seed passes.
+this δ (the bound with every guess correct) while the certified ε is 8, and with the power plan's score model
+(which the masked Dirac canaries follow exactly) ε_lower = 0 needs the top-k* guesses to be right about as often as
+coin flips, against a planned precision above 0.9 (the plan's Monte Carlo found no zero in its audits); any seed
+passes.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from scipy import stats
 
 from audits import canary as cn
 from audits import dpgrpo_canary as dc
+from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
 
 SEED, M, T, Q, N_REAL = 11, 300, 10, 0.5, 4
 TARGET_EPS = 8.0
@@ -71,15 +74,85 @@ def test_bound_is_positive_and_below_the_certified_epsilon(audit):
 
 def test_power_plan_made_before_training_fixes_the_guess_rule(audit):
     rep, design = audit.report, audit.design
-    plan = design.plan
-    assert plan.score_model.startswith(f"dpsgd_dirac(q={Q!r}, sigma={design.config.sigma!r}, T={T}, stat=llr")
-    assert (rep.guessing["k_plus"], rep.guessing["k_minus"]) == (plan.k_plus, plan.k_minus)
-    assert rep.result["guesses"] == plan.k_plus + plan.k_minus
+    power = design.power
+    assert power.score_model.startswith(f"dpsgd_dirac(q={Q!r}, sigma={design.plan.noise_multiplier!r}, T={T}, "
+                                        "stat=llr")
+    assert (rep.guessing["k_plus"], rep.guessing["k_minus"]) == (power.k_plus, power.k_minus)
+    assert rep.result["guesses"] == power.k_plus + power.k_minus
     assert rep.guessing["preregistration"] == design.preregistration.digest
-    assert rep.power["planned_eps_lower"] == plan.planned_eps_lower > 0
-    assert plan.eps_nominal == rep.claim["epsilon"] and plan.delta == rep.claim["delta"]
+    assert rep.power["planned_eps_lower"] == power.planned_eps_lower > 0
+    assert power.eps_nominal == rep.claim["epsilon"] and power.delta == rep.claim["delta"]
     assert design.preregistration.registered_at < audit.membership_revealed_at
-    assert audit.headline()["planned_eps_lower"] == plan.planned_eps_lower
+    assert audit.headline()["planned_eps_lower"] == power.planned_eps_lower
+
+
+# ------------------------------------------------------------------------------------------ the privacy plan
+
+def test_certified_epsilon_is_the_accountant_epsilon_of_the_audit_plan(audit):
+    plan, claim = audit.design.plan, audit.report.claim
+    params = claim["mechanism"]["params"]
+    assert isinstance(plan, DPSGDPlan) and (plan.records, plan.canaries) == (N_REAL, M)
+    assert (params["q"], params["sigma"], params["steps"], params["C"], claim["delta"]) == \
+        (plan.sampling_rate, plan.noise_multiplier, plan.steps, plan.clip_norm, plan.delta) == \
+        (Q, audit.design.config.sigma, T, 1.0, 1 / (10 * (N_REAL + M)))
+    expected = epsilon(PoissonGaussianEvent(plan.sampling_rate, plan.noise_multiplier, plan.steps), plan.delta).value
+    assert claim["epsilon"] == expected == audit.epsilon_with_canaries == audit.privacy_claim["epsilon"]
+    assert plan.calibration is not None and plan.calibration.event == plan.event
+    assert params["target_epsilon"] == plan.target_epsilon == TARGET_EPS
+    assert audit.design.config.plan == plan.replace(canaries=0)          # the trainer adds the canary slots
+
+
+def test_a_forged_or_stale_calibration_is_refused(audit):
+    spec, plan = dc.resolve_preset("tiny-cpu"), audit.design.plan
+    with pytest.raises(CalibrationMismatch):             # σ edited after calibration
+        dataclasses.replace(plan, noise_multiplier=plan.noise_multiplier / 2)
+    with pytest.raises(CalibrationMismatch):             # the calibration of T rounds kept for T + 1
+        dataclasses.replace(plan, steps=T + 1)
+    longer = plan.replace(steps=T + 1)                   # replace() drops it: ε recomputed from the new event
+    assert longer.calibration is None and longer.epsilon().value > claim_epsilon(audit)
+    # A plan the configuration cannot represent exactly (q·n/n ≠ q in floating point) is refused, not rounded.
+    odd = DPSGDPlan(records=3, sampling_rate=0.1, noise_multiplier=1.0, clip_norm=1.0, steps=2, delta=1e-3,
+                    canaries=2)
+    assert 0.1 * 3 / 3 != 0.1
+    with pytest.raises(CalibrationMismatch):
+        dc.audit_config(spec, odd, seed=0)
+
+
+def claim_epsilon(audit) -> float:
+    return audit.report.claim["epsilon"]
+
+
+class _ForgedPlan:
+    """Mixin of trainers whose privacy claim does not belong to the audit's plan (checked before training)."""
+
+    def train(self):
+        raise AssertionError("trained although the claim does not match the audit's plan")
+
+
+@pytest.mark.parametrize("forgery", ["plan", "epsilon"])
+def test_a_trainer_claim_that_differs_from_the_plan_is_refused_before_training(forgery, tmp_path):
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    class Forged(_ForgedPlan, DPTrainer):
+        @property
+        def plan(self):
+            plan = super().plan
+            if forgery == "plan":                     # a σ the accountant was never asked about
+                return plan.replace(noise_multiplier=plan.noise_multiplier * 1.5)
+            return plan
+
+        @property
+        def privacy_claim(self):
+            claim = dict(super().privacy_claim)
+            if forgery == "epsilon":                  # the target stated as if it were the plan's ε
+                claim["epsilon"] = 0.001
+            return claim
+
+    out = tmp_path / "out"
+    with pytest.raises(PrivcheckError, match="plan" if forgery == "plan" else "claims"):
+        dc.run_gradient_canary_audit(canaries=M, out_dir=out, seed=SEED, rounds=T, q=Q, n_real=N_REAL, plan_sims=2,
+                                     trainer_cls=Forged)
+    assert not (out / "audit.json").exists()
 
 
 # ------------------------------------------------------------------------------------------ protocol
@@ -105,17 +178,15 @@ def test_canaries_are_added_slots_with_public_divisor(audit):
     rounds = [e for e in _log(audit) if e["kind"] == "round"]
     assert [e["t"] for e in rounds] == list(range(1, T + 1))
     assert all(e["divisor"] == 152.0 and e["reserved"] == list(audit.design.reserved) for e in rounds)
-    dim = 8192                      # spec dpgrpo.md §9.1: the tiny-cpu LoRA ParamSpace has 8,192 entries
+    dim = 8192                      # the tiny-cpu LoRA ParamSpace has 8,192 entries (docs/audits.md)
     assert audit.design.reserved == tuple(range(dim - M, dim))      # the public "last m coordinates" rule
 
 
 def test_epsilon_identical_with_and_without_canaries(audit):
-    from mechanisms.dpgrpo.records import SlotUniverse
-    from mechanisms.dpgrpo.trainer import DPTrainer
-    from privcheck.accounting import epsilon_pld
-
     from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
+    from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.tasks import CharTokenizer
+    from mechanisms.dpgrpo.trainer import DPTrainer
 
     spec = dc.resolve_preset("tiny-cpu")
     tok = CharTokenizer()
@@ -126,7 +197,7 @@ def test_epsilon_identical_with_and_without_canaries(audit):
     with_canaries = audit.privacy_claim
     for key in ("q", "sigma", "T", "delta", "C", "epsilon"):
         assert plain[key] == with_canaries[key], key
-    eps_plain = epsilon_pld(plain["q"], plain["sigma"], plain["T"], plain["delta"]).value
+    eps_plain = epsilon(PoissonGaussianEvent(plain["q"], plain["sigma"], plain["T"]), plain["delta"]).value
     params = audit.report.claim["mechanism"]["params"]
     assert eps_plain == params["epsilon_without_canaries"] == params["epsilon_with_canaries"] \
         == audit.epsilon_with_canaries == audit.report.claim["epsilon"]

@@ -1,13 +1,13 @@
-"""The DP-GRPO input-space canary audit (audits/dpgrpo_input_canary.py, `--canary-type input_binary` of
-audits/dpgrpo_cli.py; spec audits.md §3.1, §7.4–§7.6).
+"""The DP-GRPO input-space canary audit (audits/dpgrpo_input_*.py, `--canary-type input_binary` of
+audits/cli/dpgrpo.py; docs/audits.md, "Input-space binary canaries").
 
 One seeded end-to-end audit (tiny-cpu model and task with the public binary-choice pretraining, 4 real records,
 q = 0.5, T = 6, 48 added binary canaries, a 32-canary public pilot, ε = 8 at δ = 1/(10·n′)) runs once per module
 and is inspected from several sides; a second one without the binary-choice phase measures the constant-reward
-diagnostic. Expected values are recomputed here independently of the code under test: the two commitments from the
-spec §3.1 byte layout with hashlib, the scores from the model's logits with PEFT's own `disable_adapter()` (not the
-trainer's fast adapter switch), the constant-reward fraction and inclusion counts from the raw log, the AUROC by
-counting pairs, ε with and without canaries from the accountant.
+diagnostic. Expected values are recomputed here independently of the code under test: the two commitments from
+their byte layout sha256(salt ‖ ids ‖ bits) with hashlib, the scores from the model's logits with PEFT's own
+`disable_adapter()` (not the trainer's fast adapter switch), the constant-reward fraction and inclusion counts from
+the raw log, the AUROC by counting pairs, ε with and without canaries from the accountant's entry point.
 
 Why the seeded assertions are not fragile: at this scale the canaries carry almost no signal (the pilot's plan has
 planned bound 0), so the test asserts validity — ε_lower ≤ ceiling ε_max(48) ≈ 2.6 < certified 8 whatever the
@@ -31,6 +31,7 @@ import torch
 from audits import canary as cn
 from audits import dpgrpo_canary as dc
 from audits import dpgrpo_input_canary as ic
+from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
 from privcheck.errors import InvalidParameter
 
@@ -84,7 +85,7 @@ def test_bound_is_valid_and_below_the_certified_epsilon(audit):
 
 def test_guess_rule_comes_from_a_public_pilot_before_training(audit):
     rep, design = audit.report, audit.design
-    pilot, power = design.pilot, design.plan
+    pilot, power = design.pilot, design.power
     assert power.score_model == f"empirical(n_in={PILOT // 2}, n_out={PILOT // 2})" == rep.power["score_model"]
     assert pilot.in_scores.size == pilot.out_scores.size == PILOT // 2          # balanced pilot coins
     assert not set(pilot.prompts) & {c.prompt for c in design.canaries}         # public prompts apart
@@ -148,7 +149,6 @@ def test_epsilon_identical_with_and_without_canaries(audit):
     from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.tasks import CharTokenizer
     from mechanisms.dpgrpo.trainer import DPTrainer
-    from privcheck.accounting import epsilon_pld
 
     spec = dc.resolve_preset("tiny-cpu")
     tok = CharTokenizer()
@@ -158,11 +158,23 @@ def test_epsilon_identical_with_and_without_canaries(audit):
                       spec.verifier).privacy_claim
     for key in ("q", "sigma", "T", "delta", "C", "epsilon"):
         assert plain[key] == audit.privacy_claim[key], key
-    eps_plain = epsilon_pld(plain["q"], plain["sigma"], plain["T"], plain["delta"]).value
+    eps_plain = epsilon(PoissonGaussianEvent(plain["q"], plain["sigma"], plain["T"]), plain["delta"]).value
     params = audit.report.claim["mechanism"]["params"]
     assert eps_plain == params["epsilon_without_canaries"] == params["epsilon_with_canaries"] \
         == audit.epsilon_with_canaries == audit.report.claim["epsilon"]
     assert plain["n_canary"] == 0 and plain["divisor"] == Q * N_REAL
+
+
+def test_certified_epsilon_is_the_accountant_epsilon_of_the_audit_plan(audit):
+    plan, claim = audit.design.plan, audit.report.claim
+    params = claim["mechanism"]["params"]
+    assert isinstance(plan, DPSGDPlan) and (plan.records, plan.canaries) == (N_REAL, M)
+    assert (params["q"], params["sigma"], params["steps"], params["C"], claim["delta"]) == \
+        (plan.sampling_rate, plan.noise_multiplier, plan.steps, plan.clip_norm, plan.delta)
+    expected = epsilon(PoissonGaussianEvent(plan.sampling_rate, plan.noise_multiplier, plan.steps), plan.delta).value
+    assert claim["epsilon"] == expected == audit.epsilon_with_canaries == audit.privacy_claim["epsilon"]
+    assert audit.design.config.plan == plan.replace(canaries=0)
+    assert params["divisor"] == plan.divisor == audit.privacy_claim["divisor"]
 
 
 def _option_logprobs_by_hand(model, tok, prompt, adapter: bool):
@@ -308,7 +320,7 @@ def no_work(monkeypatch):
         raise AssertionError("work started before validation")
     preset = dc.AUDIT_PRESETS["tiny-cpu"]
     monkeypatch.setitem(dc.AUDIT_PRESETS, "tiny-cpu", lambda: dataclasses.replace(preset(), build_policy=forbidden))
-    monkeypatch.setattr(ic, "calibrated_config", forbidden)
+    monkeypatch.setattr(ic, "audit_plan", forbidden)
     monkeypatch.setattr(dc, "design_gradient_audit", forbidden)
 
 

@@ -1,4 +1,4 @@
-"""GDP conversions and GDP-family audits (spec audits.md §5, §12, §13.5)."""
+"""GDP conversions and GDP-family audits (docs/audits.md, "Proof notes" and "The audit report")."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_degenerate_conversions():
             gdp.eps_of_mu(1.0, bad)
 
 
-# --- multi-run rates (§5.2) -------------------------------------------------------------------------------------------
+# --- multi-run rates --------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fp, n0, fn, n1, K", [(0, 1000, 0, 1000, 1), (12, 500, 40, 800, 1), (3, 200, 5, 200, 4)])
 def test_from_rates_formula(fp, n0, fn, n1, K):
@@ -84,14 +84,14 @@ def test_from_rates_negative_mu_is_zero_not_absolute_value():
 
 
 def test_gdp_family_estimate_exceeds_clopper_pearson_on_same_counts():
-    """§5.4: the Gaussian extrapolation reports far more than the assumption-free bound on the same data."""
+    """The Gaussian extrapolation reports far more than the assumption-free bound on the same data."""
     from audits.multirun import clopper_pearson
     cp = clopper_pearson(0, 1000, 0, 1000, delta=1e-5).result["eps_lower"]
     g = gdp.from_rates(0, 1000, 0, 1000, delta=1e-5).result["eps_estimate_gdp_family"]
     assert g > 3 * cp
 
 
-# --- one-run f-DP (§5.3) ----------------------------------------------------------------------------------------------
+# --- one-run f-DP -----------------------------------------------------------------------------------------------------
 
 def test_fdp_reference_mu_lower():
     rep = gdp.fdp_one_run(1000, 100, 100, delta=1e-5, confidence=0.95)
@@ -115,9 +115,11 @@ def test_fdp_mu_lower_non_decreasing_in_correct():
 
 
 def test_gdp_overstates_randomised_response_while_one_run_does_not():
-    """§5.4 counterexample, exactly: V ~ Bin(1000, expit 1) (ε = 1 randomised response, every canary guessed)."""
+    """The randomised-response counterexample, exactly: V ~ Bin(1000, expit 1) (ε = 1 randomised response, every
+    canary guessed)."""
     from scipy.special import expit
     from scipy.stats import binom
+
     from audits.one_run import eps_lower
     m, rho = 1000, float(expit(1.0))
 
@@ -134,7 +136,7 @@ def test_gdp_overstates_randomised_response_while_one_run_does_not():
     assert binom.sf(v_one - 1, m, rho) <= 0.05
 
 
-# --- report layout (§5.4, §10, §13.5) ---------------------------------------------------------------------------------
+# --- report layout ---------------------------------------------------------------------------------------------------
 
 def _keys(obj):
     if isinstance(obj, dict):

@@ -1,4 +1,4 @@
-"""Clopper–Pearson multi-run audits (spec audits.md §4, §12)."""
+"""Clopper–Pearson multi-run audits (docs/audits.md, "Proof notes" and "Reference values")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One-run p-value and ε_lower (spec audits.md §3, §12): reference values, mpmath and closed-form cross-checks,
+"""One-run p-value and ε_lower (docs/audits.md, "Proof notes"): reference values, mpmath and closed-form cross-checks,
 monotonicity and ceiling properties, the bisection invariant and the report built from counts."""
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import betaincinv, logit
 
-from audits import one_run
+from audits import one_run, pvalue
 from audits.one_run import eps_lower, from_counts, p_value, search_eps_lower
-from tests.audits import _mp_reference as ref
+from privcheck import validation
+from tests.audits import mp_reference as ref
 
 DELTA_GRPO = 1 / 69880
 
 
-# --- spec §12 reference values ----------------------------------------------------------------------------------------
+# --- reference values (docs/audits.md) ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("r, delta, expected", [(100, 0.0, 3.4930), (100, 1e-5, 3.4654), (1000, 0.0, 5.8091),
                                                 (1000, 1e-5, 5.7823)])
@@ -134,7 +135,7 @@ def test_bisection_invariant(design, p):
 
 
 def test_ceiling_property_grid_to_1e8():
-    """PVAL(r, r, r, ε = 8, δ = 1/69880) ≥ 0.05 for every r: ε = 8 is never certifiable at this δ (§3.7)."""
+    """PVAL(r, r, r, ε = 8, δ = 1/69880) ≥ 0.05 for every r: ε = 8 is never certifiable at this δ (the ceiling)."""
     grid = sorted({int(x) for x in np.round(np.geomspace(1, 1e8, 60))} | {10**8})
     values = [p_value(r, r, r, 8.0, DELTA_GRPO) for r in grid]
     assert min(values) >= 0.05
@@ -147,7 +148,7 @@ def test_ceiling_property_random_r(r):
 
 
 def test_ceiling_rises_then_falls_with_delta():
-    """§3.7: with δ > 0 the ceiling peaks and declines; with δ = 0 it keeps growing."""
+    """With δ > 0 the ceiling peaks and declines; with δ = 0 it keeps growing."""
     ms = (1000, 100_000, 1_000_000)
     with_delta = [one_run.ceiling(m, 1e-5, 0.05).eps_lower for m in ms]
     without = [one_run.ceiling(m, 0.0, 0.05).eps_lower for m in ms]
@@ -156,7 +157,7 @@ def test_ceiling_rises_then_falls_with_delta():
 
 
 def test_search_cap_is_flagged(monkeypatch):
-    monkeypatch.setattr(one_run, "EPS_CAP", 2.0)
+    monkeypatch.setattr(pvalue, "EPS_CAP", 2.0)
     one_run.ceiling.cache_clear()                  # the cached ceilings were computed under the real cap
     try:
         found = search_eps_lower(1000, 100, 100, 1e-5, 0.05)
@@ -213,8 +214,8 @@ def test_min_correct_for_nominal_by_brute_force(r, eps_nom):
 
 
 def test_significance_is_exact_decimal():
-    assert one_run.significance(0.95) == 0.05
-    assert one_run.significance(0.9) == 0.1
+    assert validation.significance(0.95) == 0.05
+    assert validation.significance(0.9) == 0.1
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

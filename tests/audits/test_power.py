@@ -1,8 +1,8 @@
 """Power analysis (audits/power.py, audits/score_models.py) against independent references.
 
-Expected values come from the spec (§12 ceilings, the issue-5 DP-GRPO planning figure), closed forms evaluated in
+Expected values come from docs/audits.md (reference ceilings, the DP-GRPO planning figure), closed forms evaluated in
 mpmath or scipy (δ = 0 ceiling, canaries needed at δ = 0, Gaussian top-k precision, binomial laws of simulated
-counts), scipy quadrature (moments of the per-step LLR of §6.3) and the certified μ-GDP curve of
+counts), scipy quadrature (moments of the per-step LLR of the dpsgd_dirac model) and the certified μ-GDP curve of
 privcheck.accounting. Statistical checks use fixed seeds and tolerances of ≥ 6 standard errors (per-check false
 failure < 1e-8).
 """
@@ -17,8 +17,16 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from audits.power import (POWER_BLOCK_KEYS, canaries_needed, ceiling, default_k_grid, min_correct, nominal_epsilon,
-                          plan, plot_bound_vs_canaries)
+from audits.power import (
+    POWER_BLOCK_KEYS,
+    canaries_needed,
+    ceiling,
+    default_k_grid,
+    min_correct,
+    nominal_epsilon,
+    plan,
+    plot_bound_vs_canaries,
+)
 from audits.score_models import GDP, DPSGDDirac, Empirical, Perfect, parse_score_model
 from privcheck.accounting import gdp_to_dp
 from privcheck.errors import InvalidParameter
@@ -28,13 +36,13 @@ DELTA_GRPO = 1 / 69880
 Q_GRPO, SIGMA_GRPO, T_GRPO = 128 / 6988, 0.612058477104, 100
 
 
-# --- ceiling (spec §3.7, §12) ---------------------------------------------------------------------------------------
+# --- ceiling --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("delta, expected", [(0.0, 5.8091), (1e-5, 5.7823), (DELTA_GRPO, 5.7707)])
 def test_ceiling_reference_values_m1000(delta, expected):
     c = ceiling(1000, delta, 0.95)
     assert abs(c.eps - expected) <= 1e-4
-    assert c.guesses == 1000           # spec: the maximum is reached at r = m
+    assert c.guesses == 1000           # the maximum is reached at r = m
 
 
 def test_ceiling_delta0_closed_form_mpmath():
@@ -51,7 +59,7 @@ def test_ceiling_monotone_in_m():
 
 
 def test_eps8_not_certifiable_at_grpo_delta():
-    """Spec §3.7: at δ = 1/69880 no one-run audit certifies ε = 8, whatever m."""
+    """At δ = 1/69880 no one-run audit certifies ε = 8, whatever m."""
     assert canaries_needed(8.0, DELTA_GRPO, 0.95) is None
     r = plan(1000, delta=DELTA_GRPO, confidence=0.95, eps_nominal=8.0, score_model="perfect", sims=5, seed=1)
     assert r.nominal_certifiable is False
@@ -87,7 +95,7 @@ def test_min_correct_delta0_binomial_tail(r, eps):
 
 
 def test_min_correct_with_delta_spec_point():
-    """Spec §12: PVAL(1000, 100, 90, ε=1, δ=1e−5) = 8.4e−4 < p and EPS_LB(1000, 100, 90) = 1.626 > 1."""
+    """Reference values: PVAL(1000, 100, 90, ε=1, δ=1e−5) = 8.4e−4 < p and EPS_LB(1000, 100, 90) = 1.626 > 1."""
     need = min_correct(1000, 100, 1.0, 1e-5, 0.95)
     assert need is not None and need <= 90
     assert min_correct(1000, 100, 3.5, 1e-5, 0.95) is None     # EPS_LB(1000, 100, 100, 1e-5) = 3.465 < 3.5
@@ -96,7 +104,7 @@ def test_min_correct_with_delta_spec_point():
 # --- score models ---------------------------------------------------------------------------------------------------
 
 def _step_moments(q, sigma, s, included):
-    """Mean, variance and 4th central moment of one per-step LLR term (spec §6.3), by scipy quadrature."""
+    """Mean, variance and 4th central moment of one per-step LLR term (dpsgd_dirac model), by scipy quadrature."""
     def term(y):
         return math.log1p(q * math.expm1((y / sigma - 0.5 / sigma ** 2) / s ** 2))
 
@@ -257,7 +265,7 @@ def test_interference_and_final_model_scoring_lose_power():
 
 
 def test_dpgrpo_planning_figure():
-    """Issue 5: at the DP-GRPO configuration the planned bound with 10,000 added gradient canaries is ≥ 1.5."""
+    """At the DP-GRPO configuration the planned bound with 10,000 added gradient canaries is ≥ 1.5."""
     eps_nominal = 5.03849813457551            # PLD ε of (q, σ, T, δ) (paper: ≈ 5.04); recomputed in the CLI test
     r = plan(10_000, delta=DELTA_GRPO, confidence=0.95, eps_nominal=eps_nominal,
              score_model=DPSGDDirac(Q_GRPO, SIGMA_GRPO, T_GRPO, "llr"), sims=20, seed=2024)
@@ -293,7 +301,7 @@ def test_nominal_epsilon_sources():
     eps, source = nominal_epsilon(f"dpsgd_dirac:{Q_GRPO},{SIGMA_GRPO},{T_GRPO},llr", DELTA_GRPO)
     assert abs(eps - 5.04) < 0.005 and source.startswith("pld")          # paper: nominal ε ≈ 5.04
     eps, _ = nominal_epsilon("gdp:1", 1e-5)
-    assert abs(eps - 4.3772) <= 1e-4                                      # spec §12 ε(μ = 1, δ = 1e−5)
+    assert abs(eps - 4.3772) <= 1e-4                                      # reference value ε(μ = 1, δ = 1e−5)
     assert nominal_epsilon("perfect", 1e-5) is None
 
 

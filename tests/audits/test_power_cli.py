@@ -1,6 +1,6 @@
-"""`privcheck audit power` (audits/power_cli.py), on a parser built here the way privcheck.cli builds its verbs.
+"""`privcheck audit power` (audits/cli/power.py), on a parser built here the way privcheck.cli builds its verbs.
 
-Reference values: spec §12 ceiling (m = 1000, δ = 1e−5: 5.7823), the DP-GRPO paper's nominal ε ≈ 5.04 for
+Reference values: the ceiling of docs/audits.md (m = 1000, δ = 1e−5: 5.7823), the DP-GRPO paper's nominal ε ≈ 5.04 for
 q = 128/6988, σ = 0.612058477104, T = 100, δ = 1/69880, and the ceiling's δ = 0 closed form.
 """
 
@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from audits.power_cli import add_power_parser
+from audits.cli.power import add_power_parser
 from privcheck.cli import build_parser
 from privcheck.errors import InvalidParameter
 
@@ -33,7 +33,7 @@ def test_json_headline_keys_and_reference_ceiling(capsys):
     doc = json.loads(out)                                 # exactly one JSON object
     for key in ("eps_ceiling", "planned_eps_lower", "guesses", "min_correct_for_nominal"):
         assert key in doc
-    assert abs(doc["eps_ceiling"] - 5.7823) <= 1e-4       # spec §12
+    assert abs(doc["eps_ceiling"] - 5.7823) <= 1e-4       # reference ceiling
     assert doc["planned_eps_lower"] == doc["eps_ceiling"] and doc["guesses"] == 1000
     assert set(doc["power"]) == {"eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median",
                                  "mc_p10", "mc_p90", "prob_zero", "score_model"}
@@ -74,18 +74,25 @@ def test_bad_input_raises_invalid_parameter(argv, name, capsys):
     assert capsys.readouterr().out == ""                  # nothing printed before the error
 
 
-def test_main_style_exit_code_two(capsys, monkeypatch):
+def test_main_style_exit_code_two(capsys):
     """privcheck.cli.main maps InvalidParameter to exit 2 with the parameter named on stderr."""
-    import privcheck.cli as cli
+    from privcheck.cli import main
 
-    original = cli._register_plugins
-
-    def register_power(verbs, common):              # stand-in for the lead's wiring in audits/cli.py
-        original(verbs, common)
-        if "power" not in verbs["audit"].choices:
-            add_power_parser(verbs["audit"], common)
-
-    monkeypatch.setattr(cli, "_register_plugins", register_power)
-    code = cli.main(["audit", "power", "--canaries", "10", "--delta", "1e-5", "--score-model", "gdp:-1"])
+    code = main(["audit", "power", "--canaries", "10", "--delta", "1e-5", "--score-model", "gdp:-1"])
     assert code == 2
     assert "invalid mu=-1.0" in capsys.readouterr().err
+
+
+def test_power_parser_is_the_registered_one():
+    """`audits.cli.register` wires `audits.cli.power.add_power_parser` under `privcheck audit`."""
+    args = _parser().parse_args(["audit", "power", "--canaries", "10", "--delta", "1e-5", "--score-model", "perfect"])
+    probe = _probe_parser().parse_args(["power", "--canaries", "10", "--delta", "1e-5", "--score-model", "perfect"])
+    assert args.func is probe.func
+
+
+def _probe_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_power_parser(parser.add_subparsers(), argparse.ArgumentParser(add_help=False))
+    return parser

@@ -1,4 +1,5 @@
-"""The audit report and its artifact (spec audits.md §10): fields, immutability, power block, schema, writing."""
+"""The audit report and its artifact (docs/audits.md, "The audit report"): fields, immutability, power block,
+schema, writing."""
 
 from __future__ import annotations
 

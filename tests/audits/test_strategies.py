@@ -1,4 +1,4 @@
-"""Guess rules and threshold strategies (spec audits.md §3.6, §11.1, §13.3-4)."""
+"""Guess rules and threshold strategies (docs/audits.md, "Choosing the threshold without cheating")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _separable(m=400, seed=0):
     return scores, signs
 
 
-# --- ranking -----------------------------------------------------------------------------------------------------------
+# --- ranking ---------------------------------------------------------------------------------------------------------
 
 def test_guesses_top_and_bottom():
     scores = np.array([0.1, 0.9, 0.5, 0.3, 0.7])
@@ -159,7 +159,7 @@ def test_split_finds_signal():
 # --- same-data selection is invalid; Split and Bonferroni are not -----------------------------------------------------
 
 def _same_data_positive(scores: np.ndarray, signs: np.ndarray) -> bool:
-    """The pitfall of §11.1: try every k₊ (and every k₋) on the labels, keep the best, test on the same labels.
+    """The same-data pitfall: try every k₊ (and every k₋) on the labels, keep the best, test on the same labels.
     ε_lower > 0 iff PVAL(ε = 0) < p, which at δ = 0 is the Bin(k, ½) tail."""
     order = np.argsort(-scores, kind="stable")
     k = np.arange(1, scores.size + 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audits import one_run, verify
+from audits import one_run, pvalue, verify
 from privcheck.checks import Recorder
 
 
@@ -29,7 +29,7 @@ def test_suite_passes_and_is_seeded(suite):
 
 
 def test_suite_assembles_into_a_valid_verification_artifact(suite, monkeypatch):
-    """Same path as `privcheck verify --suite audits` once the lead registers the entry point."""
+    """Same path as `privcheck verify --suite audits` (the `privcheck.suites` entry point)."""
     import privcheck.verify as pv
     monkeypatch.setattr(pv, "available_suites", lambda: {"audits": "audits.verify:run_suite"})
     monkeypatch.setattr(pv, "_load", lambda target: (lambda seed: suite))
@@ -40,11 +40,11 @@ def test_suite_assembles_into_a_valid_verification_artifact(suite, monkeypatch):
 
 def test_dropping_the_delta_term_is_caught(monkeypatch):
     """A p-value without its 2·m·δ·A(ε) term reproduces the δ = 0 column, not the δ = 1e-5 one."""
-    monkeypatch.setattr(one_run, "_window_max", lambda *args: 0.0)
+    monkeypatch.setattr(pvalue, "_window_max", lambda *args: 0.0)
     one_run.ceiling.cache_clear()
     rec = Recorder("audits")
     try:
-        verify._reference_values(rec)
+        verify.check_reference_values(rec)
     finally:
         one_run.ceiling.cache_clear()
     failed = {c.name for c in rec.checks if not c.passed}
@@ -54,11 +54,11 @@ def test_dropping_the_delta_term_is_caught(monkeypatch):
 
 
 def test_wrong_m_in_the_delta_term_is_caught(monkeypatch):
-    """Pitfall §11.6: using the dataset size (here 6,988) in place of the canary count changes the figures."""
-    real = one_run._tail_and_window
-    monkeypatch.setattr(one_run, "_tail_and_window", lambda m, *rest: real(6988, *rest))
+    """Using the dataset size (here 6,988) in place of the canary count changes the figures."""
+    real = pvalue.p_value_unchecked
+    monkeypatch.setattr(pvalue, "p_value_unchecked", lambda m, *rest: real(6988, *rest))
     rec = Recorder("audits")
-    verify._reference_values(rec)
+    verify.check_reference_values(rec)
     assert "one_run.p_value_1000_100_90" in {c.name for c in rec.checks if not c.passed}
 
 
@@ -67,7 +67,7 @@ def test_an_anti_conservative_bound_fails_the_validity_checks(monkeypatch):
     real = one_run.eps_lower
     monkeypatch.setattr(one_run, "eps_lower", lambda *a: real(*a) + 0.3)
     rec = Recorder("audits")
-    verify._randomised_response(rec, np.random.SeedSequence(1))
-    verify._exact_validity(rec)
+    verify.check_randomised_response(rec, np.random.SeedSequence(1))
+    verify.check_exact_validity(rec)
     validity = [c for c in rec.checks if c.name.startswith("validity.") and "gdp" not in c.name]
     assert len(validity) == 2 and not any(c.passed for c in validity)

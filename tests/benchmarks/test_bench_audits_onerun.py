@@ -2,7 +2,7 @@
 
 `make bench` runs them with timing (3 rounds); the default run (`--benchmark-disable`) executes each body once
 as a smoke test. Nothing here asserts a time: the ratio (library / baseline, best of the rounds) goes to
-`benchmark.extra_info['ratio_vs_baseline']`. Target from the issue (measured, not asserted): ε_lower for
+`benchmark.extra_info['ratio_vs_baseline']`. Target (measured, not asserted): ε_lower for
 m = 10⁵, r = 10⁴ in < 50 ms. The results are asserted against independent references.
     .venv/bin/python -m pytest tests/benchmarks/test_bench_audits_onerun.py --benchmark-enable
 """
@@ -27,7 +27,7 @@ def test_bench_eps_lower_m1e5_r1e4(benchmark):
     def target():
         return search_eps_lower(M, R, v, 1e-5, 0.05)
 
-    def baseline():                       # closed form: logit of the Clopper–Pearson lower bound (§3.4)
+    def baseline():                       # closed form: logit of the Clopper–Pearson lower bound (δ = 0 closed form)
         return max(0.0, float(logit(betaincinv(v, R - v + 1, 0.05))))
 
     found, closed = run_with_baseline(benchmark, target, baseline)

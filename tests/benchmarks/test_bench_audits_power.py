@@ -13,7 +13,6 @@ Baselines, timed in the same process:
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from audits import power
@@ -43,7 +42,7 @@ def test_bench_plan_dpsgd_dirac_llr(benchmark):
     report, _ = run_with_baseline(benchmark, target, None if benchmark.disabled else baseline)
     benchmark.extra_info["baseline"] = "float32 standard normals of the same simulation"
     benchmark.extra_info["planned_eps_lower"] = report.planned_eps_lower
-    assert report.planned_eps_lower >= 1.5                         # issue 5 planning figure
+    assert report.planned_eps_lower >= 1.5                         # the DP-GRPO planning figure (docs/audits.md)
     assert 0 < report.mc_p10 <= report.mc_median <= report.mc_p90 < EPS_NOMINAL_GRPO
 
 

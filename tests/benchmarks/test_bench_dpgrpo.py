@@ -1,6 +1,7 @@
-"""DP-GRPO benchmarks (spec §10) on the tiny Qwen2 policy of §9.1 (float32, LoRA on the seven projections).
+"""DP-GRPO benchmarks (docs/dpgrpo.md, "Private versus non-private time") on the tiny Qwen2 policy of tiny-cpu
+(float32, LoRA on the seven projections).
 
-Shape of §10: n = 64, q = 0.25 (16 public evaluation prompts as the batch), G = 4, L_max = 16, AdamW.
+Shape: n = 64, q = 0.25 (16 public evaluation prompts as the batch), G = 4, L_max = 16, AdamW.
 
 * private vs non-private round: `timing.measure_private_over_nonprivate` (same rollouts, same process;
   ratios "round" and "gradient_phase", project target for the round ≤ 1.15);
@@ -50,7 +51,7 @@ def setup():
 
 
 def _size(benchmark):
-    """(records, repeats): the §10 batch when benchmarking, a 4-prompt smoke run otherwise."""
+    """(records, repeats): the benchmark batch when benchmarking, a 4-prompt smoke run otherwise."""
     return (4, 1) if benchmark.disabled else (PUBLIC_PROMPTS, 5)
 
 

@@ -1,13 +1,13 @@
-"""The DP-GRPO bug zoo (spec shared/spec/dpgrpo.md §8): deliberately broken variants of `DPTrainer`.
+"""The DP-GRPO bug zoo (docs/dpgrpo.md, "The bug zoo"): deliberately broken variants of `DPTrainer`.
 
-Each trainer row of the §8 table is a subclass of `DPTrainer` that overrides ONE method with one defect, written
+Each trainer row of the zoo table is a subclass of `DPTrainer` that overrides ONE method with one defect, written
 from the defect's description, not from the check that catches it. Defects inside eq. (7) override
 `prompt_loss` of `LossHookTrainer`, a `DPTrainer` whose record gradient goes through its own `prompt_loss`
 method (the method `mechanisms.dpgrpo.verify.bindings_for` binds V1 to); with the default loss it computes the
 production gradient bit for bit (tested in test_dpgrpo_zoo.py). The accountant row `sigma_rounded_down` is a
 wrapper of the calibration function, passed through the bindings.
 
-`DPGRPO_ZOO` lists the fourteen rows with their designated checks (keys of `privcheck.checks.dpsgd.CHECKS`), so
+`DPGRPO_ZOO` lists the fourteen rows with their designated checks (keys of `privcheck.checks.training.CHECKS`), so
 that the zoo test and later audits run on the same variants. Test code only: never train with these.
 
 Canary-aware: a variant whose defect lies elsewhere keeps the trainer's public slot count `n_slots` (n + m_c) and
@@ -28,7 +28,6 @@ from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.record_grads import GRPOGradient
 from mechanisms.dpgrpo.records import GradientRecord
 from mechanisms.dpgrpo.trainer import DPTrainer
-
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -99,7 +98,7 @@ class LossHookTrainer(DPTrainer):
 
     def contributions(self, items, *, slots=None):
         items = list(items)
-        groups = [self._unpack(it)[1] for it in items]
+        groups = [self.unpack(it)[1] for it in items]
         self.batch_tokens = sum(int(g.mask.sum()) for g in groups if g is not None)
         try:
             return super().contributions(items, slots=slots)
@@ -132,7 +131,7 @@ class BatchAdvantageNorm(DPTrainer):
     prompts) instead of within each prompt's group."""
 
     def contributions(self, items, *, slots=None):
-        pairs = [self._unpack(it) for it in items]
+        pairs = [self.unpack(it) for it in items]
         rewards = [g.rewards.to(torch.float64) for _, g in pairs if g is not None]
         if not rewards:
             return super().contributions(items, slots=slots)
@@ -149,7 +148,7 @@ class _ClipPieces(DPTrainer):
     def contributions(self, items, *, slots=None):
         out = []
         for item in items:
-            rec, group = self._unpack(item)
+            rec, group = self.unpack(item)
             if group is None:
                 out.append(self.clip(self.record_gradient(rec)))
             else:
@@ -278,9 +277,9 @@ def sigma_rounded_down(calibrate: Callable) -> Callable:
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """One row of the §8 bug-zoo table: a `DPTrainer` subclass (`trainer_cls`) or, for accountant rows, a
+    """One row of the bug-zoo table: a `DPTrainer` subclass (`trainer_cls`) or, for accountant rows, a
     wrapper of `calibrate_sigma` (`wrap_calibration`, with `trainer_cls = DPTrainer`), and the checks that
-    must fail on it (names of `privcheck.checks.dpsgd.CHECKS`)."""
+    must fail on it (names of `privcheck.checks.training.CHECKS`)."""
 
     name: str
     defect: str

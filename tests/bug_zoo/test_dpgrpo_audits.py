@@ -1,9 +1,9 @@
-"""Gradient-canary audits of the DP-GRPO bug zoo (issue 5 item 5; spec audits.md §7.3, dpgrpo.md §8).
+"""Gradient-canary audits of the DP-GRPO bug zoo (docs/audits.md, "What the audit catches in the bug zoo").
 
 `audits.dpgrpo_canary.run_gradient_canary_audit` audits a `DPTrainer` subclass from tests/bug_zoo/dpgrpo_variants.py
 exactly as it audits the production trainer: m Dirac canaries added as slots, the pre-registered white-box
 per-step LLR, the one-run bound. A variant is *caught by the audit* when its ε_lower exceeds the ε the
-implementation claims (PLD at its public (q, σ, T, δ)), i.e. the test rejects the claim.
+implementation claims (its plan's ε: the accountant at the public (q, σ, T, δ)), i.e. the test rejects the claim.
 
 `noise_sigma_only` draws z ~ N(0, σ²I) instead of N(0, σ²C²I): at C = 4 the noise on every coordinate is 4 times
 too small, so each canary's per-step signal-to-noise ratio is 4 times the claimed one. Configuration: ε = 2
@@ -109,7 +109,7 @@ def test_every_variant_hosts_canary_slots(entry, tmp_path):
     assert line["U"] == pytest.approx([expected] * 3, rel=1e-5)
 
 
-# ------------------------------------------------------------------------------------------ measurements (notes)
+# ------------------------------------------------------------------------------------------ measurements
 
 MEASURED = [  # (row, trainer class, audit overrides): subsampled rows at q = 0.5, where sampling defects matter
     ("reference (C = 4)", DPTrainer, {}),

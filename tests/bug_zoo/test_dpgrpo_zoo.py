@@ -1,8 +1,8 @@
-"""The DP-GRPO bug zoo (spec shared/spec/dpgrpo.md §8) against the dpgrpo checks, bound by `bindings_for`.
+"""The DP-GRPO bug zoo (docs/dpgrpo.md, "The bug zoo") against the dpgrpo checks, bound by `bindings_for`.
 
 Every row of `DPGRPO_ZOO` fails each of its designated checks with status "fail" (not "error", not "skipped"),
 and the production `DPTrainer`, checked with the same options, passes every one of them (the full V1–V12 run of
-the reference is in tests/dpgrpo/test_suite.py). Where the defect has a closed-form signature (spec §8 table),
+the reference is in tests/dpgrpo/test_suite.py). Where the defect has a closed-form signature (the zoo table),
 the measurement is compared with it. The float64 fixture is built once per module; each variant runs only its
 designated checks, V3 on fewer records at the clip norm where the defects show (C_bind), and V12 on the
 calibration row with Table VII's σ standing in for the calibration (the real calibration: `slow` tier).
@@ -17,13 +17,12 @@ import pytest
 import torch
 
 from mechanisms.dpgrpo.trainer import DPTrainer
-from mechanisms.dpgrpo.verify import REFERENCE, reference_fixture, reference_setup
-from privcheck import accounting
-from privcheck.checks import dpsgd
+from mechanisms.dpgrpo.verify import REFERENCE, plan_calibration, reference_fixture, reference_setup
+from privcheck.checks import training
 from tests.bug_zoo.dpgrpo_variants import DPGRPO_ZOO, LossHookTrainer
 
 SEED = 0
-TABLE_VII_SIGMA_EPS8 = 0.4842404738068581   # Table VII, MATH ε = 8 row (spec §5.5)
+TABLE_VII_SIGMA_EPS8 = 0.4842404738068581   # Table VII of the DP-GRPO paper, MATH ε = 8 row
 SPEC_TABLE = ["batch_advantage_norm", "per_completion_clip", "realised_batch_divisor", "shuffled_fixed_batches",
               "noise_sigma_only", "clip_per_chunk", "skip_constant_groups", "reused_seeded_noise",
               "batch_token_norm", "per_tensor_clip", "bias_corrected_kl", "nonfinite_passthrough",
@@ -33,7 +32,7 @@ CHECK_OPTIONS = {
     "accountant_reference": {"rows": [], "jax_privacy": False},
 }
 N_ADDITIONS = 2  # real V3 additions kept in the fast tier
-DESIGNATED = sorted({c for e in DPGRPO_ZOO for c in e.checks}, key=list(dpsgd.CHECKS).index)
+DESIGNATED = sorted({c for e in DPGRPO_ZOO for c in e.checks}, key=list(training.CHECKS).index)
 CASES = [(e, c) for e in DPGRPO_ZOO for c in e.checks]
 
 
@@ -60,7 +59,7 @@ def fast_bindings(fixture, trainer_cls=DPTrainer, calibrate=table_vii_calibratio
 
 
 def run(check, b):
-    r = dpsgd.CHECKS[check](b, "float64", **CHECK_OPTIONS.get(check, {}))
+    r = training.CHECKS[check](b, "float64", **CHECK_OPTIONS.get(check, {}))
     assert r.name == check and r.precision == "float64"
     return r
 
@@ -74,9 +73,9 @@ def reference(fixture):
 
 def test_zoo_is_the_spec_table():
     assert [e.name for e in DPGRPO_ZOO] == SPEC_TABLE
-    assert DESIGNATED == list(dpsgd.CHECKS)   # together the variants exercise every check V1–V12
+    assert DESIGNATED == list(training.CHECKS)   # together the variants exercise every check V1–V12
     for e in DPGRPO_ZOO:
-        assert e.checks and set(e.checks) <= set(dpsgd.CHECKS), e.name
+        assert e.checks and set(e.checks) <= set(training.CHECKS), e.name
         if e.wrap_calibration is None:
             assert issubclass(e.trainer_cls, DPTrainer) and e.trainer_cls not in (DPTrainer, LossHookTrainer)
         else:
@@ -92,7 +91,7 @@ def test_reference_trainer_passes(reference, check):
 # ------------------------------------------------------------------------------------------ the variants
 
 def _closed_form_signature(name, check, r, b):
-    """The measurement a defect must produce, where the spec §8 table or a closed form gives it."""
+    """The measurement a defect must produce, where the zoo table or a closed form gives it."""
     o = r.observed
     if name == "shuffled_fixed_batches":                       # batch of round(0.2·6) = 1 of n = 6
         assert o["max_freq_error"] == pytest.approx(0.2 - 1 / 6, abs=0.012)
@@ -135,7 +134,7 @@ def test_variant_fails_designated_check(fixture, entry, check):
 @pytest.mark.slow
 def test_sigma_rounded_down_with_real_calibration(fixture):
     (entry,) = [e for e in DPGRPO_ZOO if e.name == "sigma_rounded_down"]
-    good = fast_bindings(fixture, calibrate=accounting.calibrate_sigma)
+    good = fast_bindings(fixture, calibrate=plan_calibration)
     assert run("accountant_reference", good).status == "pass"
     r = run("accountant_reference", entry.bindings(good))
     assert r.status == "fail" and r.observed["calibration"]["math_eps8_reference"]["sigma"] == 0.484

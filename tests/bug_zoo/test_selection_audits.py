@@ -1,4 +1,4 @@
-"""Black-box pair audits of the selection bug zoo (spec selection.md §16.1, audits.md §8).
+"""Black-box pair audits of the selection bug zoo (docs/selection.md "Bug zoo", docs/audits.md).
 
 Each broken variant of tests/bug_zoo/test_selection_zoo.py is rebuilt here as a runnable mechanism (the zoo
 expresses most of them as exact laws) and audited with `audits.blackbox.pair_audit` on a worst-case pair of
@@ -13,8 +13,8 @@ and the power preconditions are asserted from those laws before sampling.
 
 Error rates: every audit runs at confidence 1 − 5e-7, so a correct implementation is "caught" with
 probability ≤ 5e-7 per audit. Each broken variant's bound exceeds its claim by ≥ 10 standard
-deviations of the bound (over 10 other seeds; figures: /work/notes/h6_zoo_table.md; `python -m
-tests.bug_zoo.test_selection_audits` prints the table).
+deviations of the bound (over 10 other seeds; `python -m tests.bug_zoo.test_selection_audits` prints the
+table, docs/audits.md shows it).
 """
 
 from __future__ import annotations
@@ -27,8 +27,13 @@ import numpy as np
 import pytest
 
 import tests.bug_zoo.test_selection_zoo as zoo
-from audits.selection_pairs import (privbon_pair, privbon_worst_pair, privitp_independence_probe,
-                                    privitp_phase1_pair, privitp_phase2_pair)
+from audits.selection_pairs import (
+    privbon_pair,
+    privbon_worst_pair,
+    privitp_independence_probe,
+    privitp_phase1_pair,
+    privitp_phase2_pair,
+)
 from mechanisms.selection import PrivBoN, PrivITP, SelectionResult
 from mechanisms.selection.privitp import run_phase2
 from privcheck.accounting import PrivITPParams
@@ -133,7 +138,7 @@ AUDITS = [
              100_000, "(ε1, 1e-5) of the λ̃ release; analytic ε1 = 4.377", criterion="predicted_bound"),
 ]
 
-# Every variant of spec selection §16.1 with the zoo test that catches it by a check.
+# Every variant of the selection bug zoo (docs/selection.md) with the zoo test that catches it by a check.
 CHECKS = {"privbon_half_noise": "test_privbon_half_noise_is_caught",
           "privbon_unclipped": "test_privbon_unclipped_is_caught",
           "privitp_reused_pool": "test_privitp_reused_pool_is_caught",

@@ -1,26 +1,37 @@
-"""Selection bug zoo (spec selection.md §16.1): each broken variant overrides one piece of the reference,
+"""Selection bug zoo (docs/selection.md, "Bug zoo"): each broken variant overrides one piece of the reference,
 and a check of `privcheck.checks.selection` (or the Monte-Carlo agreement check) catches it, while the
-reference passes the same check. Variants needing the black-box pair audit (audits issue) are also caught
-here by an exact-law check."""
+reference passes the same check. Variants that the black-box pair audits catch
+(tests/bug_zoo/test_selection_audits.py) are also caught here by an exact-law check."""
 
 import dataclasses
 
 import numpy as np
 
-from privcheck.accounting import ExPostFilter, PrivITPParams, privbon_epsilon, privitp_loss, privitp_phase1_epsilon
-from privcheck.accounting.selection import privitp_worst_phase2
-from privcheck.checks.selection import (check_bound_attained, check_bound_respected, check_budget_respected,
-                                        check_gaussian_release, check_public_constants)
-from privcheck.checks.statistics import binomial_agreement
-
 from mechanisms.selection import PrivITP, lambda_hat, privbon_law, privitp_law, privitp_law_given_lambda
 from mechanisms.selection.laws import acceptance_rejection
+from privcheck.accounting import (
+    ExPostFilter,
+    PrivBoNEvent,
+    PrivITPEvent,
+    PrivITPParams,
+    PrivITPPhase1Event,
+    PrivITPWorstCaseEvent,
+    epsilon,
+)
+from privcheck.checks.selection import (
+    check_bound_attained,
+    check_bound_respected,
+    check_budget_respected,
+    check_gaussian_release,
+    check_public_constants,
+)
+from privcheck.checks.statistics import binomial_agreement
 
 R, DELTA_S, SIGMA, N = 1.0, 0.1, 0.2, 16
 
 
 def bon_extremal(n=N, d=DELTA_S):
-    """D: selected candidate (index 0) at Δ, others at R − Δ; D′: 0 and R (spec §4.3)."""
+    """D: selected candidate (index 0) at Δ, others at R − Δ; D′: 0 and R (the PrivBoN extremal pair)."""
     return np.array([d] + [R - d] * (n - 1)), np.array([0.0] + [R] * (n - 1)), 0
 
 
@@ -37,7 +48,7 @@ def reference_bon_law(s):
 
 
 def test_privbon_half_noise_is_caught():
-    bound = privbon_epsilon(DELTA_S, SIGMA, candidates=N, r_max=R).value
+    bound = epsilon(PrivBoNEvent(DELTA_S, SIGMA, candidates=N, r_max=R)).value
     half_noise = lambda s: privbon_law(np.clip(s, 0.0, R), SIGMA / 2)  # noqa: E731  Gumbel scale σ/2
     assert check_bound_attained(reference_bon_law, [bon_extremal()], bound)["passed"]
     caught = check_bound_respected(half_noise, [bon_extremal()[:2]], bound)
@@ -45,7 +56,7 @@ def test_privbon_half_noise_is_caught():
 
 
 def test_privbon_unclipped_is_caught():
-    bound = privbon_epsilon(DELTA_S, SIGMA, candidates=N, r_max=R).value
+    bound = epsilon(PrivBoNEvent(DELTA_S, SIGMA, candidates=N, r_max=R)).value
     unclipped = lambda s: privbon_law(s, SIGMA)  # noqa: E731
     # Out-of-range scores (a reward model that overshoots its declared range) on both neighbours.
     d = np.array([DELTA_S] + [R + 2.0 - DELTA_S] * (N - 1))
@@ -73,8 +84,8 @@ LT = 0.5
 
 
 def itp_bounds(params):
-    return [privitp_loss(params, LT, t).details["eps2_post"]["value"] for t in range(1, params.candidates + 1)] + \
-        [privitp_loss(params, LT, None).details["eps2_post"]["value"]]
+    outcomes = list(range(1, params.candidates + 1)) + [None]
+    return [epsilon(PrivITPEvent(params, LT, t)).details["eps2_post"]["value"] for t in outcomes]
 
 
 def itp_extremal(params):
@@ -127,7 +138,7 @@ def test_privitp_phase2_sigma_mismatch_is_caught():
 
 def test_mu_charged_as_eps1_is_caught():
     p = dataclasses.replace(PARAMS, sigma_x=0.01)            # μ = Δ/σ_X = 1
-    assert check_gaussian_release(privitp_phase1_epsilon(p).value, p.delta, p.sensitivity, p.sigma_x)["passed"]
+    assert check_gaussian_release(epsilon(PrivITPPhase1Event(p)).value, p.delta, p.sensitivity, p.sigma_x)["passed"]
     mu = p.sensitivity / p.sigma_x
     caught = check_gaussian_release(mu, p.delta, p.sensitivity, p.sigma_x)
     assert not caught["passed"] and caught["observed"] > 1e-2  # δ(1; μ=1) ≈ 0.127 ≫ 1e-5
@@ -156,13 +167,13 @@ def test_privitp_reused_pool_is_caught():
 def test_charge_after_run_filter_is_caught():
     """Adversarial transcript: every query realises the worst loss its admission allowed."""
     rng = np.random.default_rng(5)
-    eps1 = privitp_phase1_epsilon(PARAMS).value
+    eps1 = epsilon(PrivITPPhase1Event(PARAMS)).value
 
     def run(mode):
         f = ExPostFilter(budget=5.0, delta_total=1e-3, mode=mode)
         for q in range(200):
             lt = float(rng.uniform(0.0, 1.0))
-            worst = eps1 + privitp_worst_phase2(PARAMS, lt, PARAMS.candidates)
+            worst = eps1 + epsilon(PrivITPWorstCaseEvent(PARAMS, lt, PARAMS.candidates)).details["phase2"]
             if mode == "provable" and not f.admits(worst, PARAMS.delta):
                 f.refuse(f"q{q}", worst, PARAMS.delta)
                 continue

@@ -3,7 +3,7 @@
 The policy is a tiny float64 "LoRA bigram" model: logits(next | prev) = base[prev] + (E[prev] @ A) @ B, with the
 base table and E frozen and (A, B) the trainable LoRA pair; π_ref is the model with the adapter disabled. Each item
 is one prompt with G replayed completions and rewards, so every record's gradient is a deterministic function of
-the record (spec §7.1). Gradient-space records are `mechanisms.dpgrpo.records.GradientRecord`.
+the record (as the float64 checks require). Gradient-space records are `mechanisms.dpgrpo.records.GradientRecord`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import torch
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.records import GradientRecord
-from privcheck import accounting as acc
-from privcheck.checks.dpsgd import SuiteBindings
+from mechanisms.dpgrpo.verify import plan_epsilon, plan_epsilon_rdp
+from privcheck.checks.training import SuiteBindings
 from tests.bug_zoo.dpgrpo_variants import sigma_rounded_down  # noqa: F401 - the zoo's accountant row, shared
 
 V, R, BETA = 11, 3, 0.04
@@ -279,8 +279,8 @@ class Reference:
             constant_items=(const_c, const_w), reference_record_gradient=reference_record_gradient,
             chunk_item=chunk_item, initial_params=params0, model=self.model, logprob_cases=cases,
             C=self.C, q=0.25, n=16, sigma=0.8, dim=self.space.dim, G=4, beta=BETA, target="tests.reference")
-        if with_accountant:
-            b.epsilon_pld, b.epsilon_rdp = acc.epsilon_pld, acc.epsilon_rdp
+        if with_accountant:      # the plan's accountant path, as mechanisms.dpgrpo.verify binds it
+            b.epsilon_pld, b.epsilon_rdp = plan_epsilon, plan_epsilon_rdp
         return b
 
 

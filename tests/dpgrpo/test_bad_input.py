@@ -1,4 +1,4 @@
-"""Every public constant is validated with `InvalidParameter` naming it (spec §3.1)."""
+"""Every public constant is validated with `InvalidParameter` naming it (the public configuration of Algorithm 1)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,21 @@ import math
 import pytest
 import torch
 
-from privcheck.errors import InvalidParameter
-
-from mechanisms.dpgrpo.core import (ParamSpace, clip_flat, completion_mask, group_advantages, k3_kl,
-                                    poisson_coins, privatize, prompt_loss, unflatten_into)
+from mechanisms.dpgrpo.core import (
+    ParamSpace,
+    clip_flat,
+    completion_mask,
+    group_advantages,
+    k3_kl,
+    poisson_coins,
+    privatize,
+    prompt_loss,
+    unflatten_into,
+)
 from mechanisms.dpgrpo.models import build_tiny_policy
 from mechanisms.dpgrpo.records import Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.tasks import CharTokenizer, addition_records
+from privcheck.errors import InvalidParameter
 
 NAN, INF = math.nan, math.inf
 GEN = torch.Generator()

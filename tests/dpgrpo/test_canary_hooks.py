@@ -1,4 +1,4 @@
-"""Canary slots and audit hooks (spec shared/spec/dpgrpo.md §11, §1.1, §3.2 line 8, §12 pitfall 18).
+"""Canary slots and audit hooks: appended slots with (q, σ, T) unchanged, the divisor q·(n + m_c), the auditor's log.
 
 Expected values are recomputed here, independently of the trainer: coins by `torch.rand(n + m_c, float64) < q`
 on a replica of the seeded coins generator, the clip by its closed form v·min(1, C/‖v‖), the noise by
@@ -18,9 +18,8 @@ import torch
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.audit_hooks import AuditHooks, read_log
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.randomness import Randomness
-from mechanisms.dpgrpo.records import (GradientRecord, Record, SlotUniverse, dirac_canary,
-                                       random_direction_canary)
+from mechanisms.dpgrpo.randomness import TorchRandomness
+from mechanisms.dpgrpo.records import GradientRecord, Record, SlotUniverse, dirac_canary, random_direction_canary
 from mechanisms.dpgrpo.tasks import reward
 from mechanisms.dpgrpo.trainer import DPTrainer
 from mechanisms.dpgrpo.verify import reference_fixture
@@ -90,7 +89,7 @@ def build(fx, config, canaries, presence, *, hooks=None, real=None, present=None
 
 
 def replica_coins(seed, n_slots, q):
-    return torch.rand(n_slots, dtype=torch.float64, generator=Randomness.seeded(seed).coins) < q
+    return torch.rand(n_slots, dtype=torch.float64, generator=TorchRandomness.seeded(seed).coins) < q
 
 
 def seed_with_canary_coins(n_slots=N + M_C):
@@ -173,13 +172,16 @@ def test_coins_drawn_for_all_slots(fx):
 
 
 def test_privacy_parameters_unchanged_by_canaries(fx):
-    config = cfg(calibration={"epsilon": 2.5})
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
+    config = cfg()
     plain = build(fx, config, None, None)
     canary = build(fx, config, [dirac_canary(0, C, fx[4])] * M_C, torch.tensor([False, True]))
     a, b = plain.privacy_claim, canary.privacy_claim
-    for key in ("n", "q", "sigma", "T", "delta", "C", "epsilon"):
+    for key in ("n", "q", "sigma", "T", "delta", "C", "epsilon", "event"):
         assert a[key] == b[key], key
-    assert (a["n"], a["q"], a["sigma"], a["T"], a["epsilon"]) == (N, 0.5, 0.7, 3, 2.5)
+    eps = epsilon(PoissonGaussianEvent(0.5, 0.7, 3), config.delta).value     # canaries enter the divisor only
+    assert (a["n"], a["q"], a["sigma"], a["T"], a["epsilon"]) == (N, 0.5, 0.7, 3, eps)
+    assert canary.plan.canaries == M_C and canary.plan.divisor == 4.0 and plain.plan is config.plan
     assert a["n_canary"] == 0 and a["canary_commitment"] is None and a["divisor"] == 3.0
     assert b["n_canary"] == M_C and b["canary_commitment"] == COMMIT and b["divisor"] == 4.0
     assert canary.config is config
@@ -203,8 +205,8 @@ def test_log_holds_reserved_noisy_sum_mode_0600(fx, tmp_path):
     rounds = [x for x in lines if x["kind"] == "round"]
     diags = [x for x in lines if x["kind"] == "diagnostics"]
     assert len(lines) == 4 and len(rounds) == 2 and len(diags) == 2
-    coins_gen = Randomness.seeded(seed).coins
-    noise_gen = Randomness.seeded(seed).noise
+    coins_gen = TorchRandomness.seeded(seed).coins
+    noise_gen = TorchRandomness.seeded(seed).noise
     vectors = real_vectors(dim) + [c.v for c in canaries]
     for t, rec in enumerate(rounds, start=1):
         assert set(rec) == {"kind", "t", "reserved", "U", "sigma_C", "divisor"}

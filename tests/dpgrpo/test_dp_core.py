@@ -1,4 +1,4 @@
-"""DP pieces of mechanisms.dpgrpo.core (spec §3.2 lines 2, 7, 8) against closed forms and exact tests.
+"""DP pieces of mechanisms.dpgrpo.core (Algorithm 1, lines 2, 7, 8) against closed forms and exact tests.
 
 Statistical tests use fixed seeds and exact null laws with a pre-declared false-failure rate ≤ 1e-6 per test
 (two-sided; Bonferroni where several cells are tested), so a correct implementation fails with probability
@@ -14,9 +14,8 @@ import pytest
 import torch
 from scipy.stats import binomtest, chi2, norm
 
-from privcheck.checks.statistics import binomial_pvalues
-
 from mechanisms.dpgrpo.core import clip_flat, poisson_coins, privatize
+from privcheck.checks.statistics import binomial_pvalues
 
 ALPHA = 1e-6
 

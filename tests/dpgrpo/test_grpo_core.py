@@ -1,7 +1,7 @@
-"""GRPO pieces of mechanisms.dpgrpo.core (spec §2.2–§2.4) against independent oracles.
+"""GRPO pieces of mechanisms.dpgrpo.core (advantages, masks, eq. (7) loss) against independent oracles.
 
 Oracles: eq. (2) by hand in numpy (ddof=1); the k3 closed form and its closed-form gradient; TRL 0.15.2's
-per-token loss and completion-mask code transcribed below (spec §2.6 allows this as the V1 reference).
+per-token loss and completion-mask code transcribed below (an independent transcription, the V1 reference).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from mechanisms.dpgrpo.core import completion_mask, group_advantages, k3_kl, prompt_loss
-
 
 # ----------------------------------------------------------------------- oracles (transcribed, not imported)
 

@@ -12,8 +12,14 @@ import sys
 import pytest
 import torch
 
-from mechanisms.dpgrpo.core import (ParamSpace, completion_mask, flatten_grads, group_advantages, prompt_loss,
-                                    unflatten_into)
+from mechanisms.dpgrpo.core import (
+    ParamSpace,
+    completion_mask,
+    flatten_grads,
+    group_advantages,
+    prompt_loss,
+    unflatten_into,
+)
 from mechanisms.dpgrpo.models import build_tiny_base, build_tiny_policy, perturb_lora_
 from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.tasks import CharTokenizer, addition_record, addition_records, reward
@@ -225,10 +231,11 @@ def test_rollout_group_and_gradient_record():
     assert gr.v.tolist() == [1.0, 2.0]  # copied
 
 
-def test_tiny_qwen2_policy_shapes_match_spec():
-    """Spec §9.1: LoRA r=4 on the seven projections of a 2-layer hidden-64 Qwen2 → 8,192 trainable in 28 tensors
-    (2 layers × [q 64→64, k 64→32, v 64→32, o 64→64, gate 64→128, up 64→128, down 128→64] at rank 4)."""
+def test_tiny_qwen2_policy_shapes():
+    """The tiny-cpu policy: LoRA r=4 on the seven projections of a 2-layer hidden-64 Qwen2 → 8,192 trainable in 28
+    tensors (2 layers × [q 64→64, k 64→32, v 64→32, o 64→64, gate 64→128, up 64→128, down 128→64] at rank 4)."""
     import torch
+
     from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
     from privcheck.errors import InvalidParameter
     model = build_tiny_qwen2_policy(0)

@@ -1,4 +1,4 @@
-"""Record-gradient arms (spec §4, §3.2 line 6–7) against hand computations from `core` and full logits."""
+"""Record-gradient arms (Algorithm 1, lines 6–7) against hand computations from `core` and full logits."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import torch
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.record_grads import (FilteredSFT, GoldSFT, GRPOGradient, RecordGradient, StepContext,
-                                            ZeroAdvantage)
+from mechanisms.dpgrpo.record_grads import (
+    FilteredSFT,
+    GoldSFT,
+    GRPOGradient,
+    RecordGradient,
+    StepContext,
+    ZeroAdvantage,
+)
 from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.rollouts import make_group
 from mechanisms.dpgrpo.tasks import reward

@@ -1,4 +1,4 @@
-"""Rollout backends and the log-prob helper (spec §2.3, §3.2 line 4, §3.4)."""
+"""Rollout backends and the log-prob helper (Algorithm 1, line 4, and its rollout randomness)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import pytest
 import torch
 
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.randomness import Randomness
+from mechanisms.dpgrpo.randomness import TorchRandomness
 from mechanisms.dpgrpo.records import Record
 from mechanisms.dpgrpo.rollouts import IsolatedHF, make_group, token_logprobs
 from mechanisms.dpgrpo.verify import reference_fixture
 from privcheck.errors import InvalidParameter
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -43,7 +42,7 @@ def test_isolated_generation_settings_and_shapes(fx):
         (True, 0.7, 0, 1.0, 5, 4)
     assert (gc.pad_token_id, gc.eos_token_id) == (tok.pad_id, tok.eos_id)
     state = torch.get_rng_state()
-    r1, r2 = Randomness.seeded(9), Randomness.seeded(9)
+    r1, r2 = TorchRandomness.seeded(9), TorchRandomness.seeded(9)
     a = backend(model, records, "current", r1)
     b = backend(model, records, "current", r2)
     assert torch.equal(torch.get_rng_state(), state)  # framework RNG forked, caller state untouched
@@ -55,7 +54,7 @@ def test_isolated_generation_settings_and_shapes(fx):
         assert torch.equal(ga.mask, expected_mask)
     c = backend(model, records, "current", r1)  # fresh draws on the next call
     assert any(not torch.equal(x.token_ids, y.token_ids) for x, y in zip(a, c))
-    ref = backend(model, records[:1], "reference", Randomness.seeded(9))
+    ref = backend(model, records[:1], "reference", TorchRandomness.seeded(9))
     assert ref[0].token_ids.shape == (4, 5)
 
 
@@ -74,13 +73,13 @@ def test_reference_scope_matches_peft_disable_adapter_and_restores(fx):
     """`policy_scope(model, "reference")` (fast path) gives bit-identical log-probabilities to PEFT's own
     `model.disable_adapter()`, differs from the current policy (LoRA is off the reference), and leaves the
     adapters enabled with every `requires_grad` flag as it was, also when the scope exits by an exception."""
-    from mechanisms.dpgrpo.rollouts import _plain_lora_layers, policy_scope
+    from mechanisms.dpgrpo.rollouts import plain_lora_layers, policy_scope
 
     model, tok, records, replay = fx
     group = replay.group_for(records[1])
     prompt = torch.tensor(tok.encode(records[1].prompt))
     flags = {k: p.requires_grad for k, p in model.named_parameters()}
-    assert _plain_lora_layers(model) is not None  # the fast path is the one exercised here
+    assert plain_lora_layers(model) is not None  # the fast path is the one exercised here
     with torch.no_grad():
         current = token_logprobs(model, prompt, group.token_ids)
         with model.disable_adapter():
@@ -98,7 +97,7 @@ def test_reference_scope_matches_peft_disable_adapter_and_restores(fx):
     # a model whose adapters are already disabled takes PEFT's own path (and stays disabled, as PEFT leaves it)
     model.base_model.disable_adapter_layers()
     try:
-        assert _plain_lora_layers(model) is None
+        assert plain_lora_layers(model) is None
         with torch.no_grad(), policy_scope(model, "reference"):
             assert torch.equal(token_logprobs(model, prompt, group.token_ids), peft_ref)
     finally:

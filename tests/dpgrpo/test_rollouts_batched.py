@@ -1,4 +1,4 @@
-"""`BatchedHF` (spec §3.2 line 4, §6 (A2), §12 items 14 and 16) against isolated, unpadded computations.
+"""`BatchedHF` (Algorithm 1, line 4, batched; the (A2) caveat) against isolated, unpadded computations.
 
 Expected values come from the model's plain full-sequence forward on each prompt alone (no padding, no
 KV cache, no `generate`): a hand-written greedy decoder, the tempered next-token law softmax(logits/τ), and
@@ -16,7 +16,7 @@ from scipy import stats
 
 from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.models import build_tiny_policy, build_tiny_qwen2_policy, perturb_lora_
-from mechanisms.dpgrpo.randomness import Randomness
+from mechanisms.dpgrpo.randomness import TorchRandomness
 from mechanisms.dpgrpo.records import GradientRecord, Record
 from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, left_pad
 from mechanisms.dpgrpo.tasks import CharTokenizer
@@ -149,9 +149,9 @@ def test_settings_shapes_masks_and_eos(model, tok, records):
 
     mixed = [records[0], GradientRecord(torch.ones(3)), records[2], records[1]]
     state = torch.get_rng_state()
-    out1 = b(model, mixed, "current", Randomness.seeded(3))
+    out1 = b(model, mixed, "current", TorchRandomness.seeded(3))
     assert torch.equal(torch.get_rng_state(), state)  # the framework RNG is forked, never advanced
-    out2 = b(model, mixed, "current", Randomness.seeded(3))
+    out2 = b(model, mixed, "current", TorchRandomness.seeded(3))
     assert out1[1] is None and out2[1] is None
     eos_rows = no_eos_rows = 0
     for g1, g2 in zip(out1, out2):
@@ -169,7 +169,7 @@ def test_settings_shapes_masks_and_eos(model, tok, records):
                 assert mrow == [1] * 8 and text == tok.decode(row)
                 no_eos_rows += 1
     assert eos_rows > 0 and no_eos_rows > 0, "precondition: both kinds of rows occur"
-    r = Randomness.seeded(3)
+    r = TorchRandomness.seeded(3)
     first = b(model, records[:2], "current", r)
     again = b(model, records[:2], "current", r)  # fresh draws on the next call
     assert any(not torch.equal(x.token_ids, y.token_ids) for x, y in zip(first, again))
@@ -179,7 +179,7 @@ def test_settings_shapes_masks_and_eos(model, tok, records):
 
 def test_bad_policy_raises_before_drawing(model, tok, records):
     b = backend(tok)
-    r1, r2 = Randomness.seeded(8), Randomness.seeded(8)
+    r1, r2 = TorchRandomness.seeded(8), TorchRandomness.seeded(8)
     with pytest.raises(InvalidParameter):
         b(model, records[:2], "bogus", r1)
     assert torch.equal(b(model, records[:2], "current", r1)[0].token_ids,
@@ -196,7 +196,7 @@ def test_per_step_sampling_law_equals_isolated(model, tok, records):
     a row or wrong padding positions fail."""
     b = backend(tok, G=3, L_max=6)
     recs = records[:4]
-    with Randomness.seeded(21).rollout_scope():
+    with TorchRandomness.seeded(21).rollout_scope():
         out, width = b.generate_batch(model, recs, output_scores=True, return_dict_in_generate=True)
     seqs, scores = out.sequences, out.scores
     checked, worst = 0, 0.0
@@ -228,7 +228,7 @@ def test_first_token_frequencies_match_isolated_law(model, tok, records):
     n = 400
     recs = [records[0], records[1], records[2]]  # lengths 4, 5, 7
     b = backend(tok, G=n, L_max=1)
-    groups = b(model, recs, "current", Randomness.seeded(1234))
+    groups = b(model, recs, "current", TorchRandomness.seeded(1234))
     V = tok.vocab_size
     alpha = 1e-6 / (len(recs) * V)
     with torch.no_grad():
@@ -298,7 +298,7 @@ def test_batch_invariance_figure_float32(tok, records, capsys, record_property):
     perturb_lora_(gpt2, 1.0, 7)
     qwen = build_tiny_qwen2_policy(0, torch.float32, tokenizer=tok)
     for name, m in (("gpt2", gpt2), ("qwen2", qwen)):
-        groups = backend(tok, G=4, L_max=8)(m, records, "current", Randomness.seeded(5))
+        groups = backend(tok, G=4, L_max=8)(m, records, "current", TorchRandomness.seeded(5))
         figures[f"{name} forward"] = _max_logit_gap(m, tok, groups, records)
         figures[f"{name} generate"] = _max_generate_logit_gap(m, tok, records, 8)
     for k, v in figures.items():

@@ -1,4 +1,4 @@
-"""End-to-end DP-GRPO runs (spec §9): artifact schema and seal, private telemetry kept apart, seeded runs not
+"""End-to-end DP-GRPO runs: artifact schema and seal, private telemetry kept apart, seeded runs not
 released, the compare artifact's shared-(q, σ, T, δ) check, bad input, the CLI, the reduced GPU preset on CPU.
 
 Independent references: the JSON Schemas are applied with `jsonschema` directly; seals and file hashes are
@@ -18,12 +18,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from mechanisms.dpgrpo import run as runmod
+from mechanisms.dpgrpo.presets import GPU_H200, TINY_CPU, get_preset
+from mechanisms.dpgrpo.run_compare import shared_privacy_check
 from privcheck.artifacts.schema import load_schema
 from privcheck.artifacts.writer import canonical_json
 from privcheck.errors import InvalidParameter
-
-from mechanisms.dpgrpo import run as runmod
-from mechanisms.dpgrpo.presets import GPU_H200, TINY_CPU, get_preset
 
 FAST = dict(skip_verification=True, progress=False)
 
@@ -59,9 +59,9 @@ def floats_of(x) -> list:
 
 def lists_of(x) -> list:
     if isinstance(x, dict):
-        return [l for v in x.values() for l in lists_of(v)]
+        return [item for v in x.values() for item in lists_of(v)]
     if isinstance(x, list):
-        return [x] + [l for v in x for l in lists_of(v)]
+        return [x] + [item for v in x for item in lists_of(v)]
     return []
 
 
@@ -127,7 +127,7 @@ def test_privacy_block_matches_dp_accounting(gpu_run):
     _, outcome = gpu_run
     priv = outcome.artifacts[0][1]["privacy"]
     assert (priv["q"], priv["sigma"], priv["T"], priv["delta"]) == (1 / 16, GPU_H200.sigma, 8, 1 / 5120)
-    assert abs(priv["sigma"] - 0.4579733) <= 1e-6          # spec §9.2 value
+    assert abs(priv["sigma"] - 0.4579733) <= 1e-6          # the σ quoted in docs/dpgrpo.md
     eps = pld_epsilon(1 / 16, GPU_H200.sigma, 8, 1 / 5120)
     assert abs(priv["epsilon"] - eps) <= 1e-3 and priv["epsilon"] <= 8.0
     assert priv["rdp_cross_check"]["epsilon"] >= priv["epsilon"] - 1e-6
@@ -152,15 +152,15 @@ def test_gpu_preset_reduced_keeps_code_path(gpu_run):
     assert doc["privacy"]["assumptions"]["A2"] in ("isolated rollouts", "batch-invariance not guaranteed")
 
 
-def test_full_gpu_preset_matches_spec():
-    """Spec §9.2 shapes and counts (the full preset is not run here: it needs the GPU)."""
+def test_full_gpu_preset_shapes():
+    """The gpu-h200 shapes and counts (docs/dpgrpo.md, "Presets"; the full preset is not run here: it needs the GPU)."""
     p = get_preset("gpu-h200")
     m = p.model
     assert (m.hidden_size, m.num_layers, m.num_heads, m.num_kv_heads, m.intermediate_size, m.vocab_size) == \
         (896, 24, 14, 2, 4864, 151936)
     assert (p.n, p.m, p.G, p.L_max, p.T, p.chunk_size, p.prompt_tokens) == (512, 32, 8, 128, 8, 4, 64)
     assert p.delta == 1 / 5120 and p.device == "cuda" and p.time_limit_s is not None
-    assert lora_parameters(m) == 2_199_552             # spec §9.2: p = 2,199,552
+    assert lora_parameters(m) == 2_199_552             # p = 2,199,552
 
 
 # ------------------------------------------------------------------------------------------- private telemetry
@@ -227,13 +227,13 @@ def test_compare_artifact(gpu_run):
 def test_shared_privacy_check_detects_a_mismatch(gpu_run):
     _, outcome = gpu_run
     docs = [json.loads(json.dumps(d)) for _, d in outcome.artifacts]
-    assert runmod.shared_privacy_check(docs)["passed"] is True
+    assert shared_privacy_check(docs)["passed"] is True
     for key, value in (("sigma", GPU_H200.sigma * (1 + 1e-9)), ("T", 9), ("q", 0.0625001), ("delta", 1e-4)):
         bad = json.loads(json.dumps(docs))
         bad[1]["privacy"][key] = value
-        res = runmod.shared_privacy_check(bad)
+        res = shared_privacy_check(bad)
         assert res["passed"] is False and res["mismatches"][0]["arm"] == bad[1]["arm"], key
-    assert runmod.shared_privacy_check([dict(docs[0], privacy=None)])["passed"] is False
+    assert shared_privacy_check([dict(docs[0], privacy=None)])["passed"] is False
 
 
 # ------------------------------------------------------------------------------------------- bad input
@@ -388,7 +388,7 @@ def test_local_gguf_weights(tmp_path):
                                 **FAST)
     doc = outcome.artifacts[0][1]
     assert doc["status"] == "complete" and doc["public_inputs"]["base_model"]["kind"] == "gguf"
-    assert doc["public_inputs"]["trainable_parameters"] == 1_221_120      # spec §9.3
+    assert doc["public_inputs"]["trainable_parameters"] == 1_221_120      # LoRA on SmolLM2-135M's seven projections
     assert doc["public_inputs"]["base_model"]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -413,6 +413,7 @@ def test_rollout_mode_used_is_recorded(gpu_run):
 
 def test_public_pretraining_trains_only_the_base(tiny):
     import torch
+
     from mechanisms.dpgrpo.pretrain import pretrain_public
     tok, model = tiny
     lora0 = {k: p.detach().clone() for k, p in model.named_parameters() if "lora_" in k}
@@ -437,7 +438,9 @@ def test_public_pretraining_trains_only_the_base(tiny):
 
 def test_evaluator_counts_public_samples_with_common_draws(tiny):
     import collections
+
     import torch
+
     from mechanisms.dpgrpo.evaluation import Evaluator
     from mechanisms.dpgrpo.tasks import addition_record, reward
     tok, model = tiny
@@ -461,6 +464,7 @@ def test_lora_dropout_masks_come_from_the_rollout_generator(tiny):
     reproducible under one seed, fresh per record, the caller's RNG and eval mode untouched; dropout 0 draws
     nothing and is deterministic."""
     import torch
+
     from mechanisms.dpgrpo.config import DPGRPOConfig
     from mechanisms.dpgrpo.models import perturb_lora_
     from mechanisms.dpgrpo.presets import QWEN2_LORA_TARGETS

@@ -1,4 +1,4 @@
-"""The dpgrpo verification suite on the production `DPTrainer` (spec shared/spec/dpgrpo.md §7, §8).
+"""The dpgrpo verification suite on the production `DPTrainer` (checks V1–V13 and the bug zoo of docs/dpgrpo.md).
 
 `run_suite()` must pass every check V1–V12 on the float64 reference fixture, followed by V13 (the precision
 preflight: V3, V6, V7, V8, V9 on the tiny Qwen2 in float32 and with a bfloat16 base), whose results carry their
@@ -14,9 +14,16 @@ import math
 import pytest
 import torch
 
-from mechanisms.dpgrpo.verify import (PREFLIGHT, REFERENCE, preflight_fixture, preflight_setup, reference_fixture,
-                                      reference_setup, run_suite)
-from privcheck.checks import dpsgd
+from mechanisms.dpgrpo.verify import (
+    PREFLIGHT,
+    REFERENCE,
+    preflight_fixture,
+    preflight_setup,
+    reference_fixture,
+    reference_setup,
+    run_suite,
+)
+from privcheck.checks import training
 from privcheck.errors import InvalidParameter
 from tests.bug_zoo.dpgrpo_variants import ClipPerChunk
 
@@ -44,7 +51,7 @@ def shared_fixture():
 def test_reference_trainer_passes_every_check(suite_result):
     assert suite_result.name == "dpgrpo" and suite_result.randomness == "seeded"
     float64 = [c for c in suite_result.checks if c.precision == "float64"]
-    assert [c.name for c in float64] == list(dpsgd.CHECKS)  # V1–V12, in order, none missing
+    assert [c.name for c in float64] == list(training.CHECKS)  # V1–V12, in order, none missing
     assert suite_result.checks[:len(float64)] == float64
     bad = {(c.name, c.precision): (c.status, c.message[:400]) for c in suite_result.checks if c.status != "pass"}
     assert bad == {}
@@ -54,11 +61,11 @@ def test_reference_trainer_passes_every_check(suite_result):
 
 def test_preflight_records_are_separate_per_precision(suite_result):
     """V13: five reruns per lower precision, named apart from the float64 checks, precision set."""
-    rest = suite_result.checks[len(dpsgd.CHECKS):]
+    rest = suite_result.checks[len(training.CHECKS):]
     expect = [(f"precision_preflight.{p}.{name}", p)
-              for p in ("float32", "bfloat16") for name in dpsgd.PREFLIGHT_CHECKS]
+              for p in ("float32", "bfloat16") for name in training.PREFLIGHT_CHECKS]
     assert [(c.name, c.precision) for c in rest] == expect
-    assert not {c.name for c in rest} & set(dpsgd.CHECKS)
+    assert not {c.name for c in rest} & set(training.CHECKS)
     for c in rest:
         assert c.to_json()["precision"] == c.precision and c.inputs["preflight_precision"] == c.precision
         assert "not run" not in c.message, (c.name, c.message)
@@ -92,7 +99,7 @@ def test_reference_measurements_are_informative(suite_result):
 
 
 def test_claim_matches_fixture_parameters(suite_result):
-    from privcheck.accounting import epsilon_rdp
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
 
     (claim,) = suite_result.claims
     R = REFERENCE
@@ -100,7 +107,9 @@ def test_claim_matches_fixture_parameters(suite_result):
     assert claim.parameters["q"] == q and claim.parameters["sigma"] == R["sigma"]
     assert claim.parameters["T"] == R["T"] and claim.delta == delta
     # RDP (an independent, looser accountant) upper-bounds the PLD ε; both finite and positive.
-    rdp = float(epsilon_rdp(q, R["sigma"], R["T"], delta).value)
+    event = PoissonGaussianEvent(q, R["sigma"], R["T"])
+    assert claim.epsilon == epsilon(event, delta).value            # the plan's ε, from the fixture's event
+    rdp = float(epsilon(event, delta, method="rdp").value)
     assert 0 < claim.epsilon <= rdp + 1e-6 and math.isfinite(rdp)
 
 
@@ -138,7 +147,7 @@ def test_preflight_fixture_precisions():
         model = preflight_fixture(precision, n_records=1)[0]
         assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
         assert {p.dtype for p in model.parameters() if not p.requires_grad} == {base}
-        dpsgd.assert_no_dropout(model)
+        training.assert_no_dropout(model)
     with pytest.raises(InvalidParameter, match="precision"):
         preflight_fixture("float16")
 
@@ -148,18 +157,19 @@ def test_preflight_rejects_bad_input_before_running(float32_fixture):
     calls = []
     spy = dataclasses.replace(b, clipped_sum=lambda *a, **k: calls.append(a))
     with pytest.raises(InvalidParameter, match="precision"):
-        dpsgd.precision_preflight(spy, "float16")
+        training.precision_preflight(spy, "float16")
     with pytest.raises(InvalidParameter, match="precision"):   # float32 bindings declared as bfloat16
-        dpsgd.precision_preflight(spy, "bfloat16")
+        training.precision_preflight(spy, "bfloat16")
     with pytest.raises(InvalidParameter, match="v3_options"):
-        dpsgd.precision_preflight(spy, "float32", v3_options={"tol": 1.0})
+        training.precision_preflight(spy, "float32", v3_options={"tol": 1.0})
     assert calls == []
 
 
 def test_preflight_catches_clipping_per_chunk_in_float32(float32_fixture):
     """V13 can fail: the clip-per-chunk variant (tests/bug_zoo) fails the float32 V8 and nothing else."""
     _, b = preflight_setup("float32", SEED, ClipPerChunk, fixture=float32_fixture)
-    results = dpsgd.precision_preflight(b, "float32", v3_options={"n_gradient_records": 2, "clip_norms": ("C_bind",)})
+    results = training.precision_preflight(b, "float32",
+                                           v3_options={"n_gradient_records": 2, "clip_norms": ("C_bind",)})
     status = {r.name: r.status for r in results}
     assert status.pop("precision_preflight.float32.chunk_identity") == "fail"
     assert set(status.values()) == {"pass"}, status

@@ -1,4 +1,4 @@
-"""`mechanisms.dpgrpo.timing` (spec §10): the non-private baseline and the measurement's side-effect freedom.
+"""`mechanisms.dpgrpo.timing`: the non-private baseline and the measurement's side-effect freedom.
 
 The non-private update (one left-padded batched forward, one backward of the mean loss) must equal the
 private trainer's update at q = 1, σ = 0, C = ∞ (Σ_i g_i / n from per-record backwards on unpadded
@@ -119,7 +119,7 @@ def _state(tr):
             "optimizer": copy.deepcopy(tr.optimizer.state_dict()),
             "generators": {k: g.get_state() for k, g in vars(tr.randomness).items()
                            if isinstance(g, torch.Generator)},
-            "rng": torch.get_rng_state(), "t": tr.t, "scratch": tr._scratch,
+            "rng": torch.get_rng_state(), "t": tr.t, "scratch": tr.scratch,
             "telemetry": (copy.deepcopy(tr.public_telemetry), len(tr.private_telemetry))}
 
 

@@ -1,4 +1,5 @@
-"""DPTrainer (spec §3.2–§3.4, §4) against hand compositions of the core functions.
+"""DPTrainer (one round of Algorithm 1, its entry points, randomness and arms) against hand compositions of the core
+functions.
 
 Expected values are recomputed here: coins by `torch.rand(n, float64) < q`, log-probs from the full logits
 (no `logits_to_keep`), the clip by its closed form v·min(1, C/‖v‖), the noise by `torch.randn` on a freshly
@@ -14,7 +15,7 @@ import torch
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.randomness import Randomness, make_randomness
+from mechanisms.dpgrpo.randomness import TorchRandomness, make_randomness
 from mechanisms.dpgrpo.records import GradientRecord, SlotUniverse
 from mechanisms.dpgrpo.tasks import reward
 from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
@@ -98,7 +99,7 @@ def test_step_equals_hand_composition(fx):
     model, tok, records, replay = fx
     config = cfg(randomness=11)
     present = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.bool)
-    rng = Randomness.seeded(11)
+    rng = TorchRandomness.seeded(11)
     coins = torch.rand(N_REC, dtype=torch.float64, generator=rng.coins) < config.m / N_REC
     batch = [i for i in range(N_REC) if coins[i] and present[i]]
     assert len(batch) >= 2, "precondition: the seeded batch has several records"
@@ -125,7 +126,7 @@ def test_empty_batch_update_is_noise_over_qn_sgd_and_adamw(fx):
     model, *_ = fx
     config = cfg(randomness=21)
     absent = torch.zeros(N_REC, dtype=torch.bool)
-    z = torch.randn(flat(model).numel(), generator=Randomness.seeded(21).noise, dtype=torch.float64)
+    z = torch.randn(flat(model).numel(), generator=TorchRandomness.seeded(21).noise, dtype=torch.float64)
     g_hat = z * (config.sigma * config.C) / 3.0
     theta0 = flat(model)
     tr = trainer(fx, config, absent)
@@ -178,7 +179,7 @@ def test_verifier_failing_during_run_maps_to_zero_and_is_counted(fx):
     tr = trainer(fx, config, verifier=private_only_failure)
     items = tr.score(fx[2], tr.rollouts(tr.model, fx[2], "current"))
     assert all(torch.equal(g.rewards, torch.zeros(G, dtype=torch.int64)) for g in items)
-    assert tr._scratch["verifier_failures"] == N_REC * G
+    assert tr.scratch["verifier_failures"] == N_REC * G
     tr.step()
     priv = tr.private_telemetry[-1]
     assert priv["verifier_failures"] == N_REC * G and priv["reward_mean"] == 0
@@ -187,7 +188,7 @@ def test_verifier_failing_during_run_maps_to_zero_and_is_counted(fx):
 
     tr2 = trainer(fx, config, verifier=lambda r, y: 0.5 if "a" in r.meta else reward(r, y))
     groups = tr2.score(fx[2][:1], tr2.rollouts(tr2.model, fx[2][:1], "current"))
-    assert groups[0].rewards.tolist() == [0] * G and tr2._scratch["verifier_failures"] == G
+    assert groups[0].rewards.tolist() == [0] * G and tr2.scratch["verifier_failures"] == G
 
 
 # ------------------------------------------------------------------------------ non-finite handling
@@ -207,7 +208,7 @@ def test_nonfinite_record_gradient_is_zeroed(fx):
     assert torch.equal(contribs[1], torch.zeros(p, dtype=torch.float64))
     torch.testing.assert_close(contribs[2], good * (config.C / float(torch.linalg.vector_norm(good))), rtol=1e-14,
                                atol=0)
-    assert tr._scratch["nonfinite"] == 2
+    assert tr.scratch["nonfinite"] == 2
     S = tr.clipped_sum([GradientRecord(bad), GradientRecord(good)])
     assert torch.isfinite(S).all()
 
@@ -277,15 +278,18 @@ def test_seeded_runs_are_not_releases_and_release_refuses_seed(fx):
     a, b = trainer(fx, cfg(randomness=4)), trainer(fx, cfg(randomness=4))
     assert torch.equal(a.sample_coins(), b.sample_coins())
     with pytest.raises(InvalidParameter, match="seed"):
-        Randomness.release(seed=4)
+        TorchRandomness.release(seed=4)
     with pytest.raises(InvalidParameter, match="seed"):
         make_randomness(seed=4)
     rel = trainer(fx, cfg(randomness="os_entropy"))
     assert rel.privacy_release is True and rel.randomness.to_json() == {"mode": "os_entropy"}
-    assert rel.privacy_claim["sigma"] == 0.7 and rel.privacy_claim["epsilon"] is None
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
+    claim = rel.privacy_claim          # ε is the plan's, from the event (no calibration needed)
+    assert claim["sigma"] == 0.7
+    assert claim["epsilon"] == epsilon(PoissonGaussianEvent(0.5, 0.7, 2), 1 / (10 * N_REC)).value
     with pytest.raises(InvalidParameter, match="randomness"):
-        trainer(fx, cfg(randomness="os_entropy"), randomness=Randomness.seeded(1))
-    r1, r2 = Randomness.os_entropy(), Randomness.os_entropy()
+        trainer(fx, cfg(randomness="os_entropy"), randomness=TorchRandomness.seeded(1))
+    r1, r2 = TorchRandomness.os_entropy(), TorchRandomness.os_entropy()
     assert not torch.equal(torch.rand(64, generator=r1.coins), torch.rand(64, generator=r2.coins))
     assert not torch.equal(torch.randn(64, generator=r1.noise), torch.randn(64, generator=r2.noise))
 
@@ -326,14 +330,36 @@ def test_config_defaults_hash_and_nonprivate_relaxation():
         c.sigma = 2.0  # frozen
 
 
+def test_seeded_streams_follow_the_dpgrpo_seed_derivation():
+    """Seeded generators are seeded with sha256("privcheck.dpgrpo/<label>/<seed>") (first 8 bytes, little-endian,
+    63 bits): the derivation of every seeded result in this package, recomputed here with hashlib."""
+    import hashlib
+
+    def seed_of(label, seed):
+        digest = hashlib.sha256(f"privcheck.dpgrpo/{label}/{seed}".encode()).digest()
+        return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+    r = TorchRandomness.seeded(17)
+    for label, gen in (("coins", r.coins), ("noise", r.noise)):
+        expected = torch.Generator().manual_seed(seed_of(label, 17))
+        assert torch.equal(torch.rand(32, generator=gen), torch.rand(32, generator=expected)), label
+    ref_rollout = torch.Generator().manual_seed(seed_of("rollouts", 17))
+    draw = int(torch.randint(0, (1 << 63) - 1, (1,), generator=ref_rollout, dtype=torch.int64).item())
+    with r.rollout_scope():
+        got = torch.rand(8)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(draw)
+        assert torch.equal(got, torch.rand(8))
+
+
 @pytest.mark.slow
 def test_from_target_calibrates_sigma_at_full_precision():
-    from privcheck.accounting import epsilon_pld
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
 
     c = DPGRPOConfig.from_target(n=100, m=25, T=60, target_epsilon=8.0, C=1.0)
     assert abs(c.sigma - 1.1440413) < 1e-5
-    assert epsilon_pld(c.q, c.sigma, c.T, c.delta).value <= 8.0
-    assert c.calibration["epsilon"] <= 8.0
+    assert epsilon(PoissonGaussianEvent(c.q, c.sigma, c.T), c.delta).value <= 8.0
+    assert c.calibration.epsilon <= 8.0 and c.plan.epsilon().value == c.calibration.epsilon
 
 
 # ------------------------------------------------------------------------------------------ bindings

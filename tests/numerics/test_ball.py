@@ -17,10 +17,10 @@ from flint import arb, ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.numerics.exact import ball_ends, frac_exact
 from privcheck.errors import CertificationError
 from privcheck.numerics import ball as B
 from privcheck.numerics.certified import Certified, float_down, float_up
+from tests.numerics.exact import ball_ends, frac_exact
 
 REF_DPS = 150
 MAX_FLOAT = Fraction(sys.float_info.max)

@@ -14,10 +14,9 @@ from flint import acb, arb, ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.numerics.exact import ball_ends, frac_exact
 from privcheck.errors import CertificationError
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate, with_tail
-
+from tests.numerics.exact import ball_ends, frac_exact
 
 _frac_exact, _ends = frac_exact, ball_ends
 
@@ -152,7 +151,8 @@ def test_with_tail_adds_an_interval():
     for outside in (1.1, 1.26, 1.0):
         assert not out.contains(outside)
     lo, hi = _ends(out)
-    assert lo <= Fraction(9, 8) and hi >= Fraction(5, 4) and hi - lo < Fraction(1, 8) + Fraction(1, 10**8)   # radii are 30-bit mags
+    # radii are 30-bit magnitudes
+    assert lo <= Fraction(9, 8) and hi >= Fraction(5, 4) and hi - lo < Fraction(1, 8) + Fraction(1, 10**8)
 
 
 def test_whole_line_normal_mass_with_tails():

@@ -1,4 +1,4 @@
-"""Every selection entry point rejects bad input with `InvalidParameter` naming the parameter (§2, §1)."""
+"""Every selection entry point rejects bad input with `InvalidParameter` naming the parameter and its allowed range."""
 
 from __future__ import annotations
 
@@ -7,11 +7,21 @@ import math
 import numpy as np
 import pytest
 
+from mechanisms.selection import (
+    ITP,
+    PrivBoN,
+    PrivITP,
+    best_of_n,
+    itp_law,
+    lambda_hat,
+    make_rng,
+    prepare_scores,
+    privbon_law,
+    privbon_policy_finite_n,
+    privitp_law,
+)
 from privcheck.accounting.selection import PrivITPParams
 from privcheck.errors import InvalidParameter
-
-from mechanisms.selection import (ITP, PrivBoN, PrivITP, best_of_n, itp_law, lambda_hat, make_rng, prepare_scores,
-                                  privbon_law, privbon_policy_finite_n, privitp_law)
 
 NAN, INF = math.nan, math.inf
 

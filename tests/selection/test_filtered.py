@@ -1,8 +1,8 @@
-"""PrivITP under composition (spec §12): the provable ex-post filter, its replication mode, and the
+"""PrivITP under composition: the provable ex-post filter, its replication mode, and the
 basic-composition baselines.
 
 Expected values come from independent sources: brute-force recomputations in exact rational arithmetic
-from the certified `privitp_kappa` / `privitp_phase1_epsilon` values, and closed forms (⌊δ_total/δ⌋,
+from the certified `privitp_kappa` values and ε1 = `epsilon(PrivITPPhase1Event(...))`, and closed forms (⌊δ_total/δ⌋,
 ⌊E/ε_max⌋). No number printed by the code under test is used as an expected value.
 """
 
@@ -18,13 +18,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privcheck.accounting.selection import PrivITPParams, privitp_kappa, privitp_phase1_epsilon
-from privcheck.errors import InvalidParameter
-
 import mechanisms.selection.filtered as filtered
 from mechanisms.selection import FRESH_PI0, HALT_FALLBACK, make_rng
-from mechanisms.selection.filtered import (ANSWERED, DROPPED, PHASE2_SKIPPED, REFUSED, BasicCompositionPrivITP,
-                                           FilteredPrivITP)
+from mechanisms.selection.filtered import (
+    ANSWERED,
+    DROPPED,
+    PHASE2_SKIPPED,
+    REFUSED,
+    BasicCompositionPrivITP,
+    FilteredPrivITP,
+)
+from privcheck.accounting import PrivITPParams, PrivITPPhase1Event, epsilon, privitp_kappa
+from privcheck.errors import InvalidParameter
 
 N = 16
 
@@ -57,7 +62,7 @@ def kappas(p, lt):
 
 
 def brute_force_rounds(p, spent: Fraction, budget: float, lt: float) -> tuple[int, Fraction]:
-    """T of spec §12.3 step 4 in exact arithmetic on the certified κ, κ_acc (upper ends); also the margin
+    """T of the filter's truncation step in exact arithmetic on the certified κ, κ_acc (upper ends); also the margin
     between the budget and the worst case at T + 1 or T, whichever is closer (for rounding-safe comparisons)."""
     k, ka, _ = kappas(p, lt)
     e = Fraction(budget)
@@ -81,7 +86,7 @@ def realised_phase2(p, out) -> tuple[Fraction, Fraction]:
 def check_provable_transcript(f: FilteredPrivITP, budget: float) -> None:
     """Every invariant the filter promises, recomputed from the outcomes."""
     p = f.params
-    eps1 = Fraction(privitp_phase1_epsilon(p).value)
+    eps1 = Fraction(epsilon(PrivITPPhase1Event(p)).value)
     total = Fraction(0)
     for out in f.outcomes:
         assert out.provable and out.guarantee == "ex_post_filter"
@@ -160,7 +165,7 @@ def test_adversarial_transcript_worst_case_outcomes(monkeypatch, budget):
 
 
 def test_rounds_cap_matches_brute_force():
-    """T = largest integer in [1, n] with spent + (T−1)κ + max(κ_acc, κ) ≤ E, else 0 (spec §12.3 step 4),
+    """T = largest integer in [1, n] with spent + (T−1)κ + max(κ_acc, κ) ≤ E, else 0 (the truncation step),
     recomputed in exact arithmetic from the certified κ's, over many spends and released λ̃."""
     p = params(sigma=0.1)
     budget = 10.0
@@ -227,7 +232,7 @@ def test_phase2_loop_is_capped_at_T(monkeypatch):
 def test_T_zero_returns_fresh_pi0_without_phase2():
     p = params(sigma=0.1)
     budget = 10.0
-    eps1 = privitp_phase1_epsilon(p).value
+    eps1 = epsilon(PrivITPPhase1Event(p)).value
     f = FilteredPrivITP(p, budget, 1e-3)
     # leave room for Phase 1 but for no Phase-2 round: max(κ_acc, κ) ≥ κ > 1e-3 for every λ̃ here
     external = budget - eps1 - 1e-3
@@ -317,18 +322,18 @@ def test_replication_drop_decision_depends_on_the_private_outcome(monkeypatch):
     p = params(sigma=0.2)
     lt = 0.5
     k, ka, _ = kappas(p, lt)
-    eps1 = Fraction(privitp_phase1_epsilon(p).value)
+    eps1 = Fraction(epsilon(PrivITPPhase1Event(p)).value)
     assert ka < p.candidates * k                               # acceptance at t = 1 is the cheaper outcome
     budget = float(eps1 + (ka + p.candidates * k) / 2)         # fits ε1 + κ_acc but not ε1 + n·κ
     monkeypatch.setattr(filtered, "_release_lambda_tilde", lambda s1, prm, gen: lt)
     statuses = {}
     for outcome in (1, None):
-        monkeypatch.setattr(filtered, "_phase2", lambda s2, l, rounds, prm, gen, o=outcome: o)
+        monkeypatch.setattr(filtered, "_phase2", lambda s2, lt, rounds, prm, gen, o=outcome: o)
         f = FilteredPrivITP(p, budget, 1e-3, mode="replication_unsound")
         statuses[outcome] = f.query(np.full(N, 0.5), np.full(N, 0.5), make_rng(0)).status
     assert statuses == {1: ANSWERED, None: DROPPED}
     # the provable filter truncates instead: T < n makes both outcomes fit
-    monkeypatch.setattr(filtered, "_phase2", lambda s2, l, rounds, prm, gen: None)
+    monkeypatch.setattr(filtered, "_phase2", lambda s2, lt, rounds, prm, gen: None)
     f = FilteredPrivITP(p, budget, 1e-3)
     out = f.query(np.full(N, 0.5), np.full(N, 0.5), make_rng(0))
     assert out.status == ANSWERED and out.rounds < p.candidates and f.spent <= budget
@@ -341,7 +346,7 @@ def test_heuristic_charge_is_eps1_plus_worst_full_query():
     budget = 30.0
     b = BasicCompositionPrivITP(p, budget, 1e-3, variant="heuristic")
     outs = b.run(stream(6, kind="mixed"), make_rng(4))
-    eps1 = Fraction(privitp_phase1_epsilon(p).value)
+    eps1 = Fraction(epsilon(PrivITPPhase1Event(p)).value)
     n = p.candidates
     total = Fraction(0)
     answered = [o for o in outs if o.status == ANSWERED]
@@ -351,7 +356,7 @@ def test_heuristic_charge_is_eps1_plus_worst_full_query():
     for o in answered:
         k, ka, pair = kappas(p, o.lambda_tilde)
         expected = eps1 + max((n - 1) * k + ka, n * k)          # ε1 + max((n−1)κ + κ_acc, nκ), upper ends
-        lower = (Fraction(privitp_phase1_epsilon(p).certified.lower)
+        lower = (Fraction(epsilon(PrivITPPhase1Event(p)).certified.lower)
                  + max((n - 1) * Fraction(pair.kappa.lower) + Fraction(pair.kappa_acc.lower),
                        n * Fraction(pair.kappa.lower)))
         assert lower <= Fraction(o.epsilon)
@@ -369,7 +374,7 @@ def test_heuristic_with_constant_cost_answers_floor_E_over_eps_max(monkeypatch):
     lt = 0.6
     monkeypatch.setattr(filtered, "_release_lambda_tilde", lambda s1, prm, gen: lt)
     k, ka, _ = kappas(p, lt)
-    eps_max = Fraction(privitp_phase1_epsilon(p).value) + max((p.candidates - 1) * k + ka, p.candidates * k)
+    eps_max = Fraction(epsilon(PrivITPPhase1Event(p)).value) + max((p.candidates - 1) * k + ka, p.candidates * k)
     budget = 20.0
     b = BasicCompositionPrivITP(p, budget, 1e-3)
     outs = b.run(stream(0), make_rng(0))
@@ -384,7 +389,7 @@ def test_clamped_variant_is_ex_ante_and_bounds_every_lambda():
     lo, hi = b.lambda_range
     assert (lo, hi) == (p.r_lo - p.beta, p.r_max - p.beta)
     n = p.candidates
-    eps1 = Fraction(privitp_phase1_epsilon(p).value)
+    eps1 = Fraction(epsilon(PrivITPPhase1Event(p)).value)
     worst_seen = Fraction(0)
     for lt in np.linspace(lo, hi, 201):                       # brute force over the clamp interval
         k, ka, _ = kappas(p, float(lt))

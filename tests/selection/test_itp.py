@@ -1,4 +1,5 @@
-"""ITP (spec §5): the exact law against O-2, and the sampler against its exact law (Monte Carlo)."""
+"""ITP: the exact law against O-2 (docs/selection.md reference values), and the sampler against its exact law
+(Monte Carlo)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import numpy as np
 import pytest
 
 from mechanisms.selection import FRESH_PI0, HALT_FALLBACK, ITP, itp_law, itp_weights, lambda_hat, make_rng
-
-from tests.selection._stats import assert_counts_match, outcome_counts
+from tests.selection.counts import assert_counts_match, outcome_counts
 
 O2_SCORES = [0.2, 0.8, 0.9]
 

@@ -1,16 +1,18 @@
-"""λ̂ solver (spec §5.2) against the spec's reference values (O-1) and a brute-force root finder, and the
-invariants of §5.3 / O-11 as hypothesis properties."""
+"""λ̂ solver against the reference values O-1 (docs/selection.md) and a brute-force root finder, and the
+invariants proved in docs/selection.md (bounds, equivariance, monotonicity, sensitivity) as hypothesis
+properties."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 from mechanisms.selection import lambda_hat
 
-# O-1 (spec §17): exact values, tolerance 1e-12.
+# O-1 (docs/selection.md reference values): exact values, tolerance 1e-12.
 O1 = [
     ("O-1a", [0.1, 0.4, 0.45, 0.9], 0.1, 0.5),
     ("O-1b", [0.2, 0.8, 0.9], 0.1, 0.7),

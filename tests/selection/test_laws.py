@@ -1,5 +1,5 @@
-"""Exact PrivITP laws (spec §7, §14): O-4, brute-force quadratures, the Gauss–Hermite average taken outside
-the product, and the O-9 tightness of the Phase-2 bound on extremal neighbour pairs."""
+"""Exact PrivITP laws: O-4 (reference values in docs/selection.md), brute-force quadratures, the Gauss–Hermite
+average taken outside the product, and the tightness of the Phase-2 bound on extremal neighbour pairs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from scipy.integrate import quad
 from scipy.special import ndtr
 
-from privcheck.accounting.selection import PrivITPParams, privitp_kappa
-
 from mechanisms.selection import acceptance_rejection, privitp_law, privitp_law_given_lambda
+from privcheck.accounting.selection import PrivITPParams, privitp_kappa
 
 
 def params(n=3, **kw):
@@ -41,7 +40,7 @@ def test_o4_law_given_lambda():
 # --- P_acc against direct numerical integration over the uniform threshold -------------------------------
 
 def brute_p_acc(r, lt, c, s):
-    """P_acc = ∫_0^1 Φ((r − λ̃ − c·u)/σ_Z) du (spec §7), by adaptive quadrature."""
+    """P_acc = ∫_0^1 Φ((r − λ̃ − c·u)/σ_Z) du (the randomised threshold), by adaptive quadrature."""
     val, _ = quad(lambda u: ndtr((r - lt - c * u) / s), 0.0, 1.0, epsabs=0.0, epsrel=1e-13, limit=200)
     return val
 
@@ -101,7 +100,7 @@ def test_gauss_hermite_and_split_rules_agree_when_the_kink_is_far():
 
 
 def test_average_outside_the_product_differs_from_the_pitfall():
-    # §16.7: averaging per-round acceptance over λ̃ before forming the product ignores the shared λ̃.
+    # Pitfall: averaging per-round acceptance over λ̃ before forming the product ignores the shared λ̃.
     p = params(n=4, sigma_x=0.2)
     s, lam = np.array([0.6, 0.7, 0.8, 0.9]), 0.6
     right = privitp_law(s, lam, p)
@@ -123,7 +122,7 @@ def test_per_prompt_lambda_and_batch_shapes():
 
 # --- O-9: tightness of the Phase-2 bound --------------------------------------------------------------------
 
-# O-3 configuration at λ̃ = 0.5 (c = 0.525): κ = 0.188896264520, κ_acc = 2.01924888179 (spec §17)
+# O-3 configuration at λ̃ = 0.5 (c = 0.525): κ = 0.188896264520, κ_acc = 2.01924888179 (docs/selection.md)
 O3_KAPPA, O3_KAPPA_ACC = 0.188896264520, 2.01924888179
 
 

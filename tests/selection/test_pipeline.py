@@ -1,7 +1,7 @@
-"""CPU tests of the LLM selection pipeline (mechanisms/selection/pipeline.py, spec §16.2) with tiny models.
+"""CPU tests of the LLM selection pipeline (mechanisms/selection/pipeline/, docs/selection.md) with tiny models.
 
 Expected values come from independent sources: closed-form parameter counts of the Qwen2 architecture
-(checked against the published 494,032,768 of Qwen2.5-0.5B), the closed form of ε_BoN(n) (§4.3), the
+(checked against the published 494,032,768 of Qwen2.5-0.5B), the closed form of ε_BoN(n), the
 softmax(logits/T) law computed from the model's own logits, and scores recomputed from the returned
 candidates. The gpu-h200 preset cannot run here (no GPU; a 0.5B model on 2 CPU cores takes about a minute
 even for one prompt), so its shapes are tested on the meta device and its work plan by arithmetic; the
@@ -17,20 +17,35 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from privcheck.artifacts import verify_seal
-from privcheck.errors import InvalidParameter
-
 from mechanisms.selection import FRESH_PI0, PrivITP
-from mechanisms.selection.pipeline import (ARTIFACT_NAME, PRESETS, REQUIRED_KEYS, SELECTORS, CandidateSampler,
-                                           RewardFunctionScorer, RewardModelScorer, SelectionConstants,
-                                           add_run_parser, build_parser, build_policy, build_reward_model,
-                                           build_tokenizer, check_device, parameter_count, run_pipeline,
-                                           run_selection, synthetic_prompts, validate_artifact)
+from mechanisms.selection.cli import add_run_parser, build_parser, main
+from mechanisms.selection.pipeline import (
+    ARTIFACT_NAME,
+    PRESETS,
+    SCHEMA,
+    SELECTORS,
+    CandidateSampler,
+    RewardFunctionScorer,
+    RewardModelScorer,
+    SelectionConstants,
+    build_policy,
+    build_reward_model,
+    build_tokenizer,
+    check_device,
+    parameter_count,
+    run_pipeline,
+    run_selection,
+    synthetic_prompts,
+    validate_artifact,
+)
+from privcheck.artifacts import load_schema, seal, verify_seal
+from privcheck.errors import InvalidParameter
 
 TINY = PRESETS["cpu-tiny"]
 GPU = PRESETS["gpu-h200"]
@@ -141,7 +156,7 @@ def test_cuda_path_without_a_gpu(monkeypatch):
 
 
 def test_cli_module_starts_without_torch():
-    code = ("import sys; from mechanisms.selection.pipeline import build_parser; build_parser(); "
+    code = ("import sys; from mechanisms.selection.cli import build_parser; build_parser(); "
             "print(int('torch' in sys.modules), int('transformers' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
                          cwd=Path(__file__).resolve().parents[2])
@@ -256,7 +271,7 @@ def test_all_selectors_end_to_end(run_all):
     r = run_all
     assert set(r.results) == set(SELECTORS)
     np.testing.assert_array_equal(r.results["bon"].indices, np.argmax(r.scores, axis=1))
-    # PrivBoN: one record for 3 queries, ε = closed-form ε_BoN(n) of §4.3 (reported rounded up)
+    # PrivBoN: one record for 3 queries, ε = closed-form ε_BoN(n) (reported rounded up)
     rec = r.results["privbon"].record
     R, d, s = CONST.r_max, CONST.sensitivity, CONST.sigma
     eps = math.log1p((N - 1) * math.exp(R / s)) - math.log1p((N - 1) * math.exp((R - 2 * d) / s))
@@ -341,7 +356,8 @@ def test_artifact_is_sealed_and_complete(artifact):
     on_disk = json.loads(path.read_text())
     assert on_disk == doc and verify_seal(on_disk)
     validate_artifact(on_disk)
-    assert set(REQUIRED_KEYS) <= set(on_disk)
+    jsonschema.validate(on_disk, load_schema(SCHEMA))              # the packaged schema, directly
+    assert on_disk["schema"] == "privcheck.selection_run/1" and "spec" not in on_disk
     assert doc["status"] == "complete" and doc["preset"] == "cpu-tiny" and doc["device"] == "cpu"
     assert doc["privacy_release"] is False and doc["randomness"]["mode"] == "seeded"
     assert doc["randomness"]["seed"] == 3 and doc["timing"]["covered_by_guarantee"] is False
@@ -368,8 +384,41 @@ def test_artifact_validation_catches_tampering(artifact):
     tampered = {**doc, "n": 9}
     assert not verify_seal(tampered)
     raises("artifact", validate_artifact, tampered)
-    missing = {k: val for k, val in doc.items() if k != "throughput"}
+    missing = seal({k: val for k, val in doc.items() if k not in ("throughput", "sha256")})
     assert "throughput" in str(raises("artifact", validate_artifact, missing))
+    # the schema's invariants, each on an otherwise valid, sealed document
+    for path, value in ((("timing", "covered_by_guarantee"), True), (("status",), "stopped"),
+                        (("privacy_release",), True), (("selection", "bon", "privacy_release"), True),
+                        (("selection", "privbon", "records"), [])):
+        bad = json.loads(json.dumps(doc))
+        target = bad
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        raises("artifact", validate_artifact, seal({k: val for k, val in bad.items() if k != "sha256"}))
+
+
+def test_schema_is_a_valid_json_schema():
+    schema = load_schema(SCHEMA)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == "privcheck.selection_run/1"
+
+
+def test_failed_write_leaves_no_artifact(tmp_path, monkeypatch):
+    """The one writer validates before it writes: a document the schema refuses is never written."""
+    import mechanisms.selection.pipeline.run as run_module
+
+    real = run_module.build_artifact
+
+    def broken(*args, **kw):
+        doc = real(*args, **kw)
+        doc["timing"] = dict(doc["timing"], covered_by_guarantee=True)
+        return doc
+
+    monkeypatch.setattr(run_module, "build_artifact", broken)
+    with pytest.raises(jsonschema.ValidationError):
+        run_selection("cpu-tiny", out=tmp_path, seed=0, selectors=["bon"], prompts=1)
+    assert not (tmp_path / ARTIFACT_NAME).exists() and list(tmp_path.iterdir()) == []
 
 
 def test_unseeded_artifact_may_be_released(tmp_path):
@@ -435,12 +484,12 @@ def test_cli_json_in_process(tmp_path, capsys):
 
 
 def test_cli_table_and_errors(tmp_path, capsys):
-    from mechanisms.selection.pipeline import main
-    assert main(["selection", "--out", str(tmp_path), "--seed", "1", "--prompts", "1", "--selectors", "privbon"]) == 0
+    run = ["run", "selection"]
+    assert main(run + ["--out", str(tmp_path), "--seed", "1", "--prompts", "1", "--selectors", "privbon"]) == 0
     out = capsys.readouterr().out
     assert "status" in out and "complete" in out and "eps/prompt" in out
-    assert main(["selection", "--preset", "gpu-h100", "--out", str(tmp_path)]) == 2
+    assert main(run + ["--preset", "gpu-h100", "--out", str(tmp_path)]) == 2
     assert "invalid preset='gpu-h100'" in capsys.readouterr().err
-    assert main(["selection", "--n", "0", "--out", str(tmp_path)]) == 2
+    assert main(run + ["--n", "0", "--out", str(tmp_path)]) == 2
     assert "invalid n=0" in capsys.readouterr().err
-    assert build_parser().parse_args(["selection", "--out", "x"]).preset == "cpu-tiny"
+    assert build_parser().parse_args(run + ["--out", "x"]).preset == "cpu-tiny"

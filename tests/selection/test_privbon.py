@@ -1,5 +1,5 @@
-"""PrivBoN (spec §4): accounting wiring (O-5), samplers against the exact softmax law, Gumbel vs softmax,
-the extremal pair attaining ε_BoN(n) (O-9), and the finite-n policy (O-5)."""
+"""PrivBoN: accounting wiring (O-5, reference values in docs/selection.md), samplers against the exact softmax
+law, Gumbel vs softmax, the extremal pair attaining ε_BoN(n), and the finite-n policy (O-5)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.selection import (PrivBoN, best_of_n, make_rng, privbon_law, privbon_policy_finite_n,
-                                  privbon_policy_limit)
-
-from tests.selection._stats import assert_counts_match, assert_same_distribution
-
+from mechanisms.selection import (
+    PrivBoN,
+    best_of_n,
+    make_rng,
+    privbon_law,
+    privbon_policy_finite_n,
+    privbon_policy_limit,
+)
+from privcheck.accounting import PrivBoNEvent
+from tests.selection.counts import assert_counts_match, assert_same_distribution
 
 # --- accounting record (O-5) ------------------------------------------------------------------------------
 
@@ -23,6 +28,7 @@ def test_o5_record_of_a_query_with_16_candidates(delta, sigma, expected):
     rec = res.record
     assert abs(rec.value - expected) <= 1e-11
     assert rec.inputs["candidates"] == 16 and rec.details["queries"] == 3
+    assert rec.event == PrivBoNEvent(delta, sigma, candidates=16, r_max=1.0)      # the ε is that event's
     assert rec.details["composition"] == "basic"
     total = rec.details["total_epsilon"]
     assert 3 * expected - 3e-11 <= total <= 3 * expected + 3e-11 and total >= 3 * rec.value * (1 - 1e-15)

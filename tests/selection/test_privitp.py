@@ -1,4 +1,4 @@
-"""PrivITP mechanism (spec §6): sampler against the exact laws (given λ̃ and averaged), the same c as the
+"""PrivITP mechanism: sampler against the exact laws (given λ̃ and averaged), the same c as the
 accountant, per-prompt ex-post records, fallback and halting-time encodings, independent batches."""
 
 from __future__ import annotations
@@ -9,14 +9,19 @@ import numpy as np
 import pytest
 from scipy.stats import kstest, norm
 
-from privcheck.accounting.selection import PrivITPParams, privitp_loss
-from privcheck.errors import InvalidParameter
-
-from mechanisms.selection import (FRESH_PI0, HALT_FALLBACK, PrivITP, lambda_hat, make_rng, privitp_law,
-                                  privitp_law_given_lambda)
+from mechanisms.selection import (
+    FRESH_PI0,
+    HALT_FALLBACK,
+    PrivITP,
+    lambda_hat,
+    make_rng,
+    privitp_law,
+    privitp_law_given_lambda,
+)
 from mechanisms.selection.privitp import run_phase2
-
-from tests.selection._stats import assert_counts_match, binomial_pvalues, outcome_counts
+from privcheck.accounting import PrivITPEvent, PrivITPParams, epsilon
+from privcheck.errors import InvalidParameter
+from tests.selection.counts import assert_counts_match, binomial_pvalues, outcome_counts
 
 N_MC = 200_000
 
@@ -62,7 +67,7 @@ def test_mechanism_matches_law_averaged_over_lambda_tilde():
     assert_counts_match(counts, np.append(law.probs, law.fallback))
     # λ̃ ~ N(λ̂, σ_X²): Kolmogorov–Smirnov at level 1e-6
     assert kstest(res.lambda_tilde[:20_000], norm(lam, p.sigma_x).cdf).pvalue >= 1e-6
-    # the same counts reject the §16.7 pitfall (per-round acceptance averaged over λ̃ before the product)
+    # the same counts reject the pitfall of averaging per-round acceptance over λ̃ before the product
     x, w = np.polynomial.hermite_e.hermegauss(96)
     w = w / math.sqrt(2 * math.pi)
     mean_acc = sum(wk * privitp_law_given_lambda(phase2, lam + p.sigma_x * xk, p).acceptance
@@ -82,8 +87,9 @@ def test_records_thresholds_and_encodings():
     for i in range(40):
         lt, t = float(res.lambda_tilde[i]), int(res.halting_times[i])
         assert res.threshold_width[i] == p.threshold_width(lt)          # THE definition of c
-        expected = privitp_loss(p, lt, t if t != HALT_FALLBACK else None)
+        expected = epsilon(PrivITPEvent(p, lt, t if t != HALT_FALLBACK else None))
         assert res.records[i].value == expected.value
+        assert res.records[i].event == expected.event == PrivITP(p).event(lt, expected.event.halting_time)
         assert res.records[i].inputs["halting_time"] == expected.inputs["halting_time"]
         if t == HALT_FALLBACK:
             assert res.indices[i] == FRESH_PI0 and not res.accepted[i]
@@ -100,7 +106,7 @@ def test_forced_fallback_records_n_kappa():
     res = PrivITP(p).select(np.ones((20, 5)), np.zeros((20, 5)), make_rng(2))
     assert np.all(res.indices == FRESH_PI0) and np.all(res.halting_times == HALT_FALLBACK)
     for lt, rec in zip(res.lambda_tilde, res.records):
-        assert rec.value == privitp_loss(p, float(lt), None).value and rec.inputs["halting_time"] == "fallback"
+        assert rec.value == epsilon(PrivITPEvent(p, float(lt), None)).value and rec.inputs["halting_time"] == "fallback"
     last = PrivITP(p, fallback="last_candidate").select(np.ones((5, 5)), np.zeros((5, 5)), make_rng(2))
     assert np.all(last.indices == 4) and np.all(last.halting_times == HALT_FALLBACK)
     uni = PrivITP(p, fallback="uniform_candidate").select(np.ones((500, 5)), np.zeros((500, 5)), make_rng(2),

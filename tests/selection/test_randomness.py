@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from privcheck.accounting.selection import PrivITPParams
-
-from mechanisms.selection import PrivBoN, PrivITP, Randomness, make_rng
+from mechanisms.selection import NumpyRandomness, PrivBoN, PrivITP, as_randomness, make_rng
+from privcheck.accounting import PrivITPParams
+from privcheck.randomness import RandomnessPolicy
 
 
 def test_modes():
@@ -42,5 +42,19 @@ def test_os_entropy_runs_are_releases():
 
 def test_os_entropy_generators_differ():
     a, b = make_rng(), make_rng()
-    assert isinstance(a, Randomness)
+    assert isinstance(a, NumpyRandomness)
     assert not np.array_equal(a.generator.random(8), b.generator.random(8))
+
+
+def test_numpy_backend_follows_the_policy():
+    """NumpyRandomness is the numpy backend of privcheck.randomness.RandomnessPolicy: the mode, seed and release
+    flag are the policy's, and a seeded source is `default_rng(seed)` itself (seeded figures stay the same)."""
+    seeded = make_rng(123)
+    assert seeded.policy == RandomnessPolicy.seeded(123) and seeded.reason == "seeded randomness"
+    assert np.array_equal(seeded.generator.random(16), np.random.default_rng(123).random(16))
+    assert make_rng().policy == RandomnessPolicy.os_entropy() and make_rng().reason is None
+    from_policy = as_randomness(RandomnessPolicy.seeded(5))
+    assert from_policy.mode == "seeded" and np.array_equal(from_policy.generator.random(4),
+                                                            np.random.default_rng(5).random(4))
+    caller = as_randomness(np.random.default_rng(1))
+    assert caller.policy == RandomnessPolicy.caller_generator() and not caller.privacy_release

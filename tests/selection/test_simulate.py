@@ -1,4 +1,4 @@
-"""The synthetic benchmark of spec §15 (`privcheck simulate selection`): artifact, plots, randomness,
+"""The synthetic benchmark (`privcheck simulate selection`, docs/selection.md): artifact, plots, randomness,
 bad input, atomicity, and the exactness of its building blocks against independent computations."""
 
 from __future__ import annotations
@@ -15,16 +15,32 @@ import jsonschema
 import numpy as np
 import pytest
 
-from privcheck.accounting.selection import PrivITPParams
+import mechanisms.selection.simulate.run as sim_run
+from mechanisms.selection import cli
+from mechanisms.selection.laws import privitp_law
+from mechanisms.selection.simulate import (
+    ARTIFACT,
+    DEFAULT_SEED,
+    FIGURES,
+    Z_SCORE,
+    Curve,
+    DataConfig,
+    Pools,
+    SimulationConfig,
+    bootstrap_weights,
+    lambda_grid,
+    monotone_report,
+    pool_acceptance,
+    privitp_expected,
+    run_simulation,
+    scaling_experiment,
+    significant_increase,
+    simulate,
+)
+from privcheck.accounting import PrivITPParams
 from privcheck.artifacts.schema import load_schema, validate
 from privcheck.artifacts.writer import verify_seal
 from privcheck.errors import InvalidParameter
-
-import mechanisms.selection.simulate as sim
-from mechanisms.selection.laws import privitp_law
-from mechanisms.selection.simulate import (ARTIFACT, DEFAULT_SEED, FIGURES, Curve, DataConfig, Pools,
-                                           SimulationConfig, lambda_grid, pool_acceptance, privitp_expected,
-                                           run_simulation, simulate)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -127,7 +143,7 @@ def test_cli_quick(tmp_path, capsys):
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true")
     verbs = {"simulate": sub.add_parser("simulate").add_subparsers(dest="what", required=True)}
-    sim.add_simulate_parser(verbs, common)
+    cli.add_simulate_parser(verbs, common)
     args = parser.parse_args(["simulate", "selection", "--out", str(tmp_path), "--quick", "--json"])
     assert args.seed == DEFAULT_SEED
     assert args.func(args) == 0
@@ -182,10 +198,10 @@ def test_no_partial_artifact_when_a_step_fails(tmp_path, monkeypatch, step):
         raise RuntimeError(f"injected failure in {step}")
 
     if step == "schema":                                   # an invalid document is never written
-        monkeypatch.setattr(sim, "observations", lambda *a, **k: {"bogus": True})
+        monkeypatch.setattr(sim_run, "observations", lambda *a, **k: {"bogus": True})
         expected = jsonschema.ValidationError
     else:
-        monkeypatch.setattr(sim, step, boom)
+        monkeypatch.setattr(sim_run, step, boom)
         expected = RuntimeError
     with pytest.raises(expected):
         run_simulation(out, seed=1, config=tiny_config())
@@ -193,27 +209,34 @@ def test_no_partial_artifact_when_a_step_fails(tmp_path, monkeypatch, step):
 
 
 def test_failed_write_removes_the_files_it_created(tmp_path, monkeypatch):
+    """The artifact is moved into place last; when that move fails, the figures already moved are taken back
+    and the files that were in DIR before are restored."""
     import privcheck.artifacts.writer as writer
 
-    real = writer.write_atomic
-
-    def failing(path, data, mode=0o644):
-        if Path(path).name == ARTIFACT:
-            raise OSError("disk full (injected)")
-        return real(path, data, mode)
-
-    monkeypatch.setattr(writer, "write_atomic", failing)
     out = tmp_path / "out"
+    out.mkdir()
+    (out / FIGURES["scaling"]).write_bytes(b"old figure")
+    real = writer.os.replace
+
+    def failing(src, dst):
+        if Path(dst).name == ARTIFACT:
+            raise OSError("disk full (injected)")
+        return real(src, dst)
+
+    monkeypatch.setattr(writer.os, "replace", failing)
     with pytest.raises(OSError):
         run_simulation(out, seed=1, config=tiny_config())
-    assert list(out.iterdir()) == []
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == [FIGURES["scaling"]]
+    assert (out / FIGURES["scaling"]).read_bytes() == b"old figure"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]            # no staging directory left behind
 
 
 # --- building blocks against independent computations ---------------------------------------------
 
 def test_privitp_expected_matches_enumerated_exact_laws():
     """E[r*] of PrivITP from the grid computation (Phase 2 integrated out analytically) equals the average,
-    over every Phase-2 list of a 3-response pool, of the library's exact law `privitp_law` (§14)."""
+    over every Phase-2 list of a 3-response pool, of the library's exact law `privitp_law`."""
     q = 8
     proxy = np.array([[2, 5, 8]]) / q                      # 0.25, 0.625, 1.0 on a public grid of 1/8
     true = np.array([[0.1, 0.9, 0.05]])
@@ -241,8 +264,8 @@ def test_constant_pool_gives_its_value_for_every_method():
     cfg = tiny_config(sigmas=(0.1, 0.4))
     pools = Pools(true=np.full((4, 50), 0.3), proxy=np.full((4, 50), 0.625), hacking=np.zeros((4, 50), bool),
                   resolution=1024)
-    w = sim._bootstrap_weights(4, 20, np.random.default_rng(0))
-    curves = sim.scaling_experiment(pools, cfg, np.random.default_rng(1), w)
+    w = bootstrap_weights(4, 20, np.random.default_rng(0))
+    curves = scaling_experiment(pools, cfg, np.random.default_rng(1), w)
     for key, d in curves.items():
         assert np.allclose(d["true"].mean, 0.3, atol=1e-9), key
         assert np.allclose(d["proxy"].mean, 0.625, atol=1e-9), key
@@ -258,8 +281,8 @@ def test_bon_and_privbon_curves_against_closed_forms():
     pools = Pools(true=vals, proxy=vals, hacking=np.zeros_like(vals, bool), resolution=4)
     cfg = tiny_config(data=DataConfig(prompts=prompts, pool_size=k), ns=(1, 2, 4, 8), replicates=4000,
                       sigmas=(sigma,), sigma=sigma)
-    w = sim._bootstrap_weights(prompts, 20, np.random.default_rng(0))
-    curves = sim.scaling_experiment(pools, cfg, np.random.default_rng(2), w)
+    w = bootstrap_weights(prompts, 20, np.random.default_rng(0))
+    curves = scaling_experiment(pools, cfg, np.random.default_rng(2), w)
     lists = prompts * cfg.replicates
     for j, n in enumerate(cfg.ns):
         p_top = 1 - 2.0 ** -n
@@ -281,7 +304,7 @@ def _curve(values_by_n, prompts=40, noise=1e-3, seed=0):
     gen = np.random.default_rng(seed)
     per_prompt = np.asarray(values_by_n, dtype=np.float64)[:, None] + noise * gen.standard_normal((len(values_by_n),
                                                                                                    prompts))
-    w = sim._bootstrap_weights(prompts, 400, gen)
+    w = bootstrap_weights(prompts, 400, gen)
     return Curve(per_prompt, w @ per_prompt.T)
 
 
@@ -290,11 +313,11 @@ def test_monotonicity_observations_on_known_shapes():
     rising = _curve([0.1, 0.2, 0.3, 0.4, 0.5])
     hump = _curve([0.1, 0.3, 0.5, 0.3, 0.1])
     flat = _curve([0.3] * 5, noise=1e-2)
-    assert sim._monotone_report(rising, ns)["monotone"] is True
-    rep = sim._monotone_report(hump, ns)
+    assert monotone_report(rising, ns)["monotone"] is True
+    rep = monotone_report(hump, ns)
     assert rep["monotone"] is False and rep["largest_decrease"] == pytest.approx(0.4, abs=0.01)
-    assert sim._monotone_report(flat, ns)["monotone"] is True       # noise alone is not a decrease
-    assert sim._significant(hump, 0, 2) > sim.Z_SCORE and sim._significant(hump, 4, 2) > sim.Z_SCORE
+    assert monotone_report(flat, ns)["monotone"] is True       # noise alone is not a decrease
+    assert significant_increase(hump, 0, 2) > Z_SCORE and significant_increase(hump, 4, 2) > Z_SCORE
 
 
 def test_full_configuration_is_valid_and_documented():

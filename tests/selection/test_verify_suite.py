@@ -27,7 +27,7 @@ def test_registered_with_privcheck_verify():
 
 
 def test_halved_phase2_noise_in_the_accountant_is_caught(monkeypatch):
-    """Pitfall §16.4: an accountant using σ_Z/2 while the mechanism uses σ_Z must fail O-3 and tightness."""
+    """An accountant using σ_Z/2 while the mechanism uses σ_Z (a documented replication pitfall) must fail O-3."""
     import dataclasses
 
     from privcheck.accounting import selection as sel
@@ -35,14 +35,14 @@ def test_halved_phase2_noise_in_the_accountant_is_caught(monkeypatch):
 
     def wrong(params, lt):
         return real(dataclasses.replace(params, sigma_z=params.sigma_z / 2), lt)
-    monkeypatch.setattr(verify.acc, "privitp_kappa", wrong)
+    monkeypatch.setattr(sel, "privitp_kappa", wrong)            # what epsilon(PrivITPEvent) evaluates
     result = verify.run_suite(seed=7)
     failed = {c.name for c in result.checks if not c.passed}
     assert "O-3.lambda0.5" in failed
 
 
 def test_broken_sampler_is_caught(monkeypatch):
-    """A PrivBoN that uses half the Gumbel scale (pitfall §16.1 privbon_half_noise) fails Monte Carlo."""
+    """A PrivBoN that uses half the Gumbel scale (bug zoo variant privbon_half_noise) fails Monte Carlo."""
     from mechanisms.selection import privbon
     real_init = privbon.PrivBoN.__init__
 

@@ -1,4 +1,4 @@
-"""Model-agnostic record-level checks V1–V13 of DP-SGD / DP-GRPO (spec shared/spec/dpgrpo.md §7, §8).
+"""Model-agnostic record-level checks V1–V13 of DP-SGD / DP-GRPO training (docs/dpgrpo.md).
 
 Every check takes a `SuiteBindings` (user-supplied callables and fixtures; every field optional) and returns one
 `CheckResult` of suite "dpgrpo" (V13, `precision_preflight`, returns one per rerun check, at float32 or
@@ -7,7 +7,8 @@ bfloat16, named `precision_preflight.<precision>.<check>`):
 - a binding the check needs is missing → status "skipped" with the names of the missing fields (never "pass");
 - a bound callable raises → status "error" with the exception text;
 - otherwise "pass"/"fail" from the comparison with an *independent* reference (closed form, an independent
-  transcription of the paper's equations, or the published Table VI / VII values), under the spec's tolerance.
+  transcription of the paper's equations, or the published Table VI / VII values), under the tolerance each
+  check's docstring states and justifies.
 
 This module never imports `mechanisms` (dependencies flow audits → mechanisms → privcheck) and imports torch
 lazily, inside functions, so `privcheck.accounting` keeps working without torch.
@@ -60,7 +61,8 @@ SUITE = "dpgrpo"
 
 
 class DropoutEnabled(PrivcheckError, ValueError):
-    """A check was given a model with a dropout probability > 0 (breaks V4, V6, V7, V8; spec §7.1)."""
+    """A check was given a model with a dropout probability > 0 (breaks V4, V6, V7, V8: a random dropout
+    mask makes one record's gradient differ between two evaluations, so no bit-identity comparison can hold)."""
 
 
 class _Skip(Exception):
@@ -69,7 +71,8 @@ class _Skip(Exception):
 
 @dataclass
 class SuiteBindings:
-    """User-supplied callables and fixtures for the checks (spec §8). Every field is optional."""
+    """User-supplied callables and fixtures for the checks (docs/dpgrpo.md, "Pointing the checks at your own
+    trainer"). Every field is optional."""
 
     # entry points
     sample: Callable | None = None
@@ -132,7 +135,7 @@ def assert_no_dropout(model) -> None:
                     and value > 0:
                 bad.append(f"config.{key}={value}")
     if bad:
-        raise DropoutEnabled("checks need every dropout probability to be 0 (spec §7.1); found: "
+        raise DropoutEnabled("checks need every dropout probability to be 0 (random masks break bit identity); found: "
                              + ", ".join(bad[:8]))
 
 
@@ -169,7 +172,7 @@ def _run(name: str, precision: str, reference: str, inputs: dict, fn: Callable[[
 
 
 def _ref_clip(v, C):
-    """Independent float64 transcription of clip_C (spec §3.2 line 7): v·min(1, C/‖v‖), non-finite → 0."""
+    """Independent float64 transcription of clip_C (Algorithm 1, line 7): v·min(1, C/‖v‖), non-finite → 0."""
     import torch
 
     x = v.detach().to(torch.float64)
@@ -313,7 +316,7 @@ def check_clip_contract(b: SuiteBindings, precision: str = "float64", *, seed: i
                         ) -> CheckResult:
     """V2 `clip_contract`: clip(0) = 0 (no NaN); NaN/±inf inputs → 0; ‖v‖ ≤ C → bit-identical output;
     1,000 random directions with log10‖v‖ ~ U[−12, 12]: ‖out‖ ≤ C·(1 + 1e-10), cos(out, v) ≥ 1 − 1e-12.
-    Reference: the closed-form contract of spec §3.2 line 7. Deterministic (seeded); no false failures."""
+    Reference: the closed-form contract of Algorithm 1, line 7. Deterministic (seeded); no false failures."""
     C = b.C if b.C is not None else 1.0
     dim = b.dim or 64
     inputs = {"C": C, "dim": dim, "n_dirs": n_dirs, "seed": seed}
@@ -362,7 +365,7 @@ def check_clip_contract(b: SuiteBindings, precision: str = "float64", *, seed: i
                 "tolerance": {"max_norm_ratio": 1e-10, "min_cosine": 1e-12}, "message": str(observed)}
 
     return _run("clip_contract", precision, "closed form clip_C(v) = v·min(1, C/‖v‖), non-finite → 0 "
-                "(spec §3.2 line 7)", inputs, fn)
+                "(Algorithm 1, line 7)", inputs, fn)
 
 
 # ------------------------------------------------------------------------------------------------ V3
@@ -481,7 +484,7 @@ def check_poisson_sampling(b: SuiteBindings, precision: str = "float64", *, n: i
     Per-slot inclusion frequency: sd = sqrt(q(1−q)/N) = 0.00283, so 0.012 is 4.24 sd (two-sided 2.2e-5 per
     slot, 1.3e-4 for 6 slots). Off-diagonal correlation of indicators: sd ≈ 1/√N = 0.00707, 0.035 is 4.95 sd
     (7.4e-7 per pair, 1.1e-5 for 15 pairs). Total false-failure probability below 1e-3 (≈ 1.5e-4).
-    Reference: independent Bernoulli(q) coins (spec §3.2 line 2)."""
+    Reference: independent Bernoulli(q) coins (Algorithm 1, line 2)."""
     inputs = {"n": n, "q": q, "calls": calls}
 
     def fn():
@@ -572,7 +575,9 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64", *
     reference (`reference_record_gradient`, optional) the gradient and its clip are exactly 0; retention:
     clipped_sum(others ∪ {const}) − clipped_sum(others) = clip_C(g_const) within
     retention_rtol·max(1, ‖·‖) (1e-12 in float64; V13 passes the rounding of a float32 sum), nonzero.
-    Reference: eq. (2) closed form (s = 0 ⇒ A = 0) and the fixed rule "constant groups are kept" (§3.2).
+    Reference: eq. (2) closed form (s = 0 ⇒ A = 0) and the fixed rule "constant groups are kept" (a
+    sampled record whose rewards are all equal has zero advantage but stays in the clipped sum; see
+    docs/dpgrpo.md, V7).
     Deterministic; no false failures."""
     C = b.C
     inputs = {"C": C, "G": b.G, "retention_rtol": retention_rtol}
@@ -613,7 +618,7 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str = "float64", *
                 "message": str(observed) + note}
 
     return _run("constant_reward_groups", precision, "eq. (2) closed form (constant group ⇒ A = 0) and the "
-                "keep-constant-groups rule (spec §3.2), independent clip transcription", inputs, fn)
+                "keep-constant-groups rule, independent clip transcription", inputs, fn)
 
 
 # ------------------------------------------------------------------------------------------------ V8
@@ -692,7 +697,7 @@ def check_chunk_identity(b: SuiteBindings, precision: str = "float64", *, chunk_
         return {"passed": ok, "observed": observed, "expected": "chunked = unchunked", "tolerance": tolerance,
                 "message": f"{flips} clip-decision flip(s) at {tested_C}; " + str(per)}
 
-    return _run("chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), spec §3.2 line 6); clip "
+    return _run("chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), Algorithm 1, line 6); clip "
                 "after accumulation (independent clip transcription)", inputs, fn)
 
 
@@ -704,7 +709,7 @@ def check_public_normalisation(b: SuiteBindings, precision: str = "float64", *, 
     (so v = x exactly) and k = 3 zero GradientRecords: noisy_update([x]) and noisy_update([x, z1, z2, z3]) are
     bit-identical and within 2 ulp of v/(q·n) elementwise, ulp of `ulp_dtype` (the update's dtype: float64
     here, float32 in V13, where v itself is rounded to float32 on the way in). Reference: closed form v/(q·n)
-    with the public divisor (spec §3.2 line 8). Deterministic; no false failures."""
+    with the public divisor (Algorithm 1, line 8). Deterministic; no false failures."""
     if ulp_dtype not in ("float64", "float32"):
         raise InvalidParameter("ulp_dtype", ulp_dtype, "'float64' or 'float32'")
     inputs = {"n": n, "q": q, "k": k, "C": C, "sigma": 0.0, "ulp_dtype": ulp_dtype}
@@ -746,7 +751,7 @@ def check_noise_calibration(b: SuiteBindings, precision: str = "float64", *, sig
 
     Requirements: sample std within 1% of σC/(q·n) (sd of the relative error ≈ 1/√(2N) = 0.00195, so 1% is
     5.1 sd, false failure ≈ 3e-7); |mean| ≤ 5·σC/(q·n)/√N (5.7e-7); mean(ĝ·q·n − S) within 5·σC/√N (5.7e-7).
-    Total false-failure probability ≈ 1.5e-6. Reference: N(0, σ²C²) before division by q·n (spec §3.2 line 8).
+    Total false-failure probability ≈ 1.5e-6. Reference: N(0, σ²C²) before division by q·n (Algorithm 1, line 8).
     """
     inputs = {"sigma": sigma, "C": C, "q": q, "n": n, "min_samples": min_samples}
 
@@ -864,7 +869,7 @@ def check_accountant_reference(b: SuiteBindings, precision: str = "float64", *, 
     and RDP ≥ PLD − 1e-6. JAX-Privacy: PLD within 1e-4 of 3.7697. Calibration (if bound) for each row in
     `calibration_rows` (MATH ε=8 by default; the ε=1 row in the slow tier): ε(σ) ≤ target, ε(σ − 1e-5) > target
     and |σ − σ_TableVII| ≤ 1e-5. Deterministic. The PLD evaluations cost 0.4–1.1 s each; the accountant caches
-    them. Reference data: `privcheck.checks.accounting.TABLE_VI` (spec §5.5)."""
+    them. Reference data: `privcheck.checks.accounting.TABLE_VI` (docs/accounting.md, "Table VI")."""
     inputs = {"rows": list(rows) if rows is not None else "all", "jax_privacy": jax_privacy,
               "calibration_rows": list(calibration_rows)}
 
@@ -927,16 +932,17 @@ def check_accountant_reference(b: SuiteBindings, precision: str = "float64", *, 
                 + note}
 
     return _run("accountant_reference", precision, "Zhao, Januszewicz & Jung, arXiv:2610.07212, Table VI/VII "
-                "(spec §5.5) and the JAX-Privacy reference (3.77)", inputs, fn)
+                "and the JAX-Privacy reference (3.77)", inputs, fn)
 
 
 # ----------------------------------------------------------------------------------------------- V13
 
 PREFLIGHT_CHECKS = ("sensitivity_add_remove", "record_isolation", "constant_reward_groups", "chunk_identity",
                     "public_normalisation")
-# Spec §7.2 V13. The base weights are in the named precision; LoRA, gradients, clip, noise and the update are
-# float32 in both, so V3's ratio, V7's retention (a difference of two float32 sums) and V9's ulp are float32
-# quantities; only V8's chunked-vs-unchunked gradient difference feels the bfloat16 base.
+# V13 (docs/dpgrpo.md, "V13: precision preflight"). The base weights are in the named precision; LoRA,
+# gradients, clip, noise and the update are float32 in both, so V3's ratio, V7's retention (a difference of two
+# float32 sums) and V9's ulp are float32 quantities; only V8's chunked-vs-unchunked gradient difference feels
+# the bfloat16 base.
 PREFLIGHT_TOLERANCES = {
     "float32": {"v3_ratio_minus_one": 1e-6, "v7_retention_rtol": 1e-5, "v8_rel": 1e-5, "v9_ulp_dtype": "float32"},
     "bfloat16": {"v3_ratio_minus_one": 1e-6, "v7_retention_rtol": 1e-5, "v8_rel": 5e-2, "v9_ulp_dtype": "float32"},
@@ -967,7 +973,7 @@ def precision_preflight(b: SuiteBindings, precision: str, *, v3_options: dict | 
 
     `precision` is "float32" (everything float32) or "bfloat16" (base weights bfloat16; LoRA, gradients, clip,
     noise and optimizer float32); `b` must be bound to such a build (the model's dtypes are verified when
-    `b.model` is a torch module). Tolerances (spec §7.2): V3 ratio ≤ 1 + 1e-6 (one float32 ulp is 1.2e-7);
+    `b.model` is a torch module). Tolerances: V3 ratio ≤ 1 + 1e-6 (one float32 ulp is 1.2e-7);
     V6 bit identity; V7 exact zero advantages, bit-identical constant-group gradients, retention within
     1e-5·max(1, ‖·‖) (float32 sums); V8 relative gradient difference ≤ 1e-5 (float32) or ≤ 5e-2 (bfloat16),
     with the clip-decision flips at the tested C reported; V9 bit identity across batch sizes and 2 float32 ulp.

@@ -1,4 +1,4 @@
-"""Lebensold et al.'s Gaussian selection accountants, certified in Arb (spec §11, §13.3).
+"""Gaussian selection accountants (Report-Noisy-Max and AboveThreshold, after Lebensold et al.), certified in Arb.
 
 Guarantees (pure DP, scores in a public range [a, b], sensitivity 0 < Δ ≤ b − a: every score moves by at
 most Δ between neighbours, all of them at once and in any direction):
@@ -9,7 +9,7 @@ most Δ between neighbours, all of them at once and in any direction):
       ε_RNM = log J(a − b + 2Δ) − log J(a − b),   J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
 
   Worst case: the released query is at a on D′ and a + Δ on D; every other query is at b on D′ and
-  b − Δ on D. Checked derivation of J's argument (spec §11 is right): with x = s_i + σz,
+  b − Δ on D. Derivation of J's argument: with x = s_i + σz,
   P_s(argmax = i) = ∫ φ(z) Π_{j≠i} Φ(z + (s_i − s_j)/σ) dz; the gaps s_i − s_j are a − b on D′ and
   (a + Δ) − (b − Δ) = a − b + 2Δ on D. d = 1 gives ε = 0 exactly (the output is constant).
 
@@ -23,7 +23,7 @@ most Δ between neighbours, all of them at once and in any direction):
   Worst case: the t − 1 below-threshold queries are at b on D′ and b − Δ on D; the halting query is at
   a on D′ and a + Δ on D. Since
   P_q(halt at t) = ∫ φ(x) Π_{k<t} Φ((ρ + σ_X x − q_k)/σ_Z)·Φ((q_t − ρ − σ_X x)/σ_Z) dx,
-  the two sides of the pair give I(0) and I(Δ) (spec §11 is right).
+  the two sides of the pair give I(0) and I(Δ).
 
 Why these pairs are the worst (sketch; full proof in docs/selection.md). Both output probabilities are
 monotone in every score, so for a fixed D′ the worst D moves each score by Δ in the direction favouring
@@ -39,10 +39,10 @@ C·P(S_δ ≤ u + 2Δ)/P(S ≤ u), S = σ_X Y + σ_Z Z′ log-concave and S_δ �
 rh_{S_δ}(u + 2Δ) − rh_S(u) ≤ rh_S(u + Δ) − rh_S(u) ≤ 0 (rh: reversed hazard): worst at q′_t = a.
 The same monotonicities show that ε_RNM is nondecreasing in d and ε_AT(t) in t.
 Assumptions: the idealised real-valued Gaussian mechanism (floating-point samplers are not covered,
-§13.6), scores clipped to [a, b], Δ a user-supplied public constant valid for the claimed neighbour
+docs/selection.md), scores clipped to [a, b], Δ a user-supplied public constant valid for the claimed neighbour
 relation.
 
-Certification (§13.3): each integral is computed with `acb.integral` (through
+Certification: each integral is computed with `acb.integral` (through
 `privcheck.numerics.integrate`) on [−T, T], split around the integrand's mode (located in floats by
 maximising the log-integrand), and the neglected part, at most 2Φ̄(T) since both integrands lie in
 [0, φ], is added as an explicit interval using Φ̄(T) ≤ φ(T)/T. T is chosen so that the tail is below
@@ -71,18 +71,20 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics.certified import Certified, float_down, float_up
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate, with_tail
 
+__all__ = ["METHOD", "NEIGHBORING", "gaussian_at_expost_eps", "gaussian_rnm_eps", "range_sensitivity", "score_range"]
+
 START_PREC = 256
 MAX_PREC = 4096
 REL_TOL = 1e-12
 T_MAX = 1e4            # beyond this the integrand's mode is too far out to integrate sensibly: fail closed
-METHOD = "lebensold_integral_arb"
-NEIGHBORING = "user-declared (enters only through the score sensitivity Δ)"
-PROOF = "docs/selection.md (Lebensold et al.'s Gaussian selection accountants)"
+METHOD = "gaussian_selection_integral_arb"
+NEIGHBORING = "score_sensitivity"   # NeighboringRelation.SCORE_SENSITIVITY: the relation enters only via Δ
+PROOF = "docs/selection.md (Gaussian selection accountants)"
 
 
 # --- validation -----------------------------------------------------------------------------------
 
-def _range(a, b) -> tuple[float, float]:
+def score_range(a, b) -> tuple[float, float]:
     allowed = "finite reals a < b"
     for x in (a, b):
         if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
@@ -93,14 +95,15 @@ def _range(a, b) -> tuple[float, float]:
     return a, b
 
 
-def _sensitivity(delta, a: float, b: float) -> float:
+def range_sensitivity(sensitivity, a: float, b: float) -> float:
+    """Δ in (0, b − a], decided exactly (b − a in floats may round)."""
     allowed = f"(0, b − a] = (0, {b - a!r}]"
     try:
-        d = v.positive("sensitivity", delta)
+        d = v.positive("sensitivity", sensitivity)
     except InvalidParameter:
-        raise InvalidParameter("sensitivity", delta, allowed) from None
-    if Fraction(d) > Fraction(b) - Fraction(a):   # exact: b − a in floats may round
-        raise InvalidParameter("sensitivity", delta, allowed)
+        raise InvalidParameter("sensitivity", sensitivity, allowed) from None
+    if Fraction(d) > Fraction(b) - Fraction(a):
+        raise InvalidParameter("sensitivity", sensitivity, allowed)
     return d
 
 
@@ -178,7 +181,7 @@ def _enclose(factors, *, prec: int, T: int, scale_log2: int, breakpoints) -> tup
 
 
 def _log_ratio(num, den, *, label: str):
-    """Certified ball for log(∫num) − log(∫den) with the precision loop of §13.2 / §13.3.
+    """Certified ball for log(∫num) − log(∫den) with the precision-doubling loop described above.
 
     Returns (ε ball, precision, details dict).
     """
@@ -226,18 +229,18 @@ def _ball_json(x: arb) -> dict:
 
 # --- public API -----------------------------------------------------------------------------------
 
-def gaussian_rnm_eps(d, sigma, Delta, a=0.0, b=1.0) -> AccountingRecord:
-    """Certified pure-DP ε of Gaussian Report-Noisy-Max over d queries (ex-ante; spec §11).
+def gaussian_rnm_eps(d, sigma, sensitivity, a=0.0, b=1.0) -> AccountingRecord:
+    """Certified pure-DP ε of Gaussian Report-Noisy-Max over d queries (ex-ante).
 
     ε_RNM = log J(a − b + 2Δ) − log J(a − b), J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
     Proof: docs/selection.md.
     """
     d = v.count("queries", d)
     sigma = v.positive("sigma", sigma)
-    a, b = _range(a, b)
-    Delta = _sensitivity(Delta, a, b)
+    a, b = score_range(a, b)
+    sensitivity = range_sensitivity(sensitivity, a, b)
     start = time.perf_counter()
-    inputs = {"queries": d, "sigma": sigma, "sensitivity": Delta, "a": a, "b": b}
+    inputs = {"queries": d, "sigma": sigma, "sensitivity": sensitivity, "a": a, "b": b}
     worst = ("selected query at a on D′ and a + Δ on D; every other query at b on D′ and b − Δ on D")
     if d == 1:   # a single query: the arg-max is constant, the output reveals nothing
         cert = Certified.from_ball(arb(0), METHOD, 0, side="upper")
@@ -250,8 +253,8 @@ def gaussian_rnm_eps(d, sigma, Delta, a=0.0, b=1.0) -> AccountingRecord:
 
     def factors(y2):  # J(y) with y = a − b + y2·Δ: Φ(z + y/σ)^{d−1}
         return [_Factor(alpha=lambda: arb(1),
-                        beta=lambda: (arb(a) - arb(b) + y2 * arb(Delta)) / arb(sigma),
-                        alpha_f=1.0, beta_f=(a - b + y2 * Delta) / sigma, power=d - 1)]
+                        beta=lambda: (arb(a) - arb(b) + y2 * arb(sensitivity)) / arb(sigma),
+                        alpha_f=1.0, beta_f=(a - b + y2 * sensitivity) / sigma, power=d - 1)]
 
     eps, prec, details = _log_ratio(factors(2), factors(0), label="gaussian_rnm_eps")
     cert = Certified.from_ball(eps, METHOD, prec, side="upper")
@@ -264,8 +267,8 @@ def gaussian_rnm_eps(d, sigma, Delta, a=0.0, b=1.0) -> AccountingRecord:
         wall_time_s=time.perf_counter() - start)
 
 
-def gaussian_at_expost_eps(t, rho, sigma_X, sigma_Z, Delta, a=0.0, b=1.0) -> AccountingRecord:
-    """Certified pure ex-post ε of Gaussian AboveThreshold halting at round t (spec §11).
+def gaussian_at_expost_eps(t, rho, sigma_threshold, sigma_query, sensitivity, a=0.0, b=1.0) -> AccountingRecord:
+    """Certified pure ex-post ε of Gaussian AboveThreshold halting at round t.
 
     ε_AT(t) = log I(Δ) − log I(0),
     I(v) = ∫ φ(x)·Φ((ρ + σ_X x − b + v)/σ_Z)^{t−1}·Φ((a + v − ρ − σ_X x)/σ_Z) dx.
@@ -273,21 +276,21 @@ def gaussian_at_expost_eps(t, rho, sigma_X, sigma_Z, Delta, a=0.0, b=1.0) -> Acc
     """
     t = v.count("halting_time", t)
     rho = v.finite("threshold", rho)
-    sigma_X = v.positive("sigma_X", sigma_X)
-    sigma_Z = v.positive("sigma_Z", sigma_Z)
-    a, b = _range(a, b)
-    Delta = _sensitivity(Delta, a, b)
+    sigma_X = v.positive("sigma_threshold", sigma_threshold)
+    sigma_Z = v.positive("sigma_query", sigma_query)
+    a, b = score_range(a, b)
+    sensitivity = range_sensitivity(sensitivity, a, b)
     start = time.perf_counter()
 
     def factors(dv):  # I(v) with v = dv·Δ
-        vv = lambda: dv * arb(Delta)  # noqa: E731
+        vv = lambda: dv * arb(sensitivity)  # noqa: E731
         return [
             _Factor(alpha=lambda: arb(sigma_X) / arb(sigma_Z),
                     beta=lambda: (arb(rho) - arb(b) + vv()) / arb(sigma_Z),
-                    alpha_f=sigma_X / sigma_Z, beta_f=(rho - b + dv * Delta) / sigma_Z, power=t - 1),
+                    alpha_f=sigma_X / sigma_Z, beta_f=(rho - b + dv * sensitivity) / sigma_Z, power=t - 1),
             _Factor(alpha=lambda: -arb(sigma_X) / arb(sigma_Z),
                     beta=lambda: (arb(a) + vv() - arb(rho)) / arb(sigma_Z),
-                    alpha_f=-sigma_X / sigma_Z, beta_f=(a + dv * Delta - rho) / sigma_Z, power=1),
+                    alpha_f=-sigma_X / sigma_Z, beta_f=(a + dv * sensitivity - rho) / sigma_Z, power=1),
         ]
 
     eps, prec, details = _log_ratio(factors(1), factors(0), label="gaussian_at_expost_eps")
@@ -300,7 +303,7 @@ def gaussian_at_expost_eps(t, rho, sigma_X, sigma_Z, Delta, a=0.0, b=1.0) -> Acc
         "proof": PROOF})
     return AccountingRecord(
         quantity="epsilon", value=cert.value, mechanism="gaussian_above_threshold", method=METHOD,
-        inputs={"halting_time": t, "threshold": rho, "sigma_X": sigma_X, "sigma_Z": sigma_Z,
-                "sensitivity": Delta, "a": a, "b": b},
+        inputs={"halting_time": t, "threshold": rho, "sigma_threshold": sigma_X, "sigma_query": sigma_Z,
+                "sensitivity": sensitivity, "a": a, "b": b},
         neighboring=NEIGHBORING, certified=cert, details=details,
         wall_time_s=time.perf_counter() - start)

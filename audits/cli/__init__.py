@@ -1,75 +1,78 @@
-"""`privcheck audit ...` subcommands contributed by `audits` (entry point `privcheck.commands`).
+"""`privcheck audit ...` subcommands contributed by `audits` (entry point `privcheck.commands`: `audits.cli:register`).
 
-Commands (spec audits.md §10 CLI rules): `one-run`, `clopper-pearson`, `gdp`, `fdp-one-run`. Each prints a
-table, or with `--json` one JSON object: the audit report with the command's headline keys copied to
-the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed artifact
-DIR/audit.json; inputs are validated before anything is written, and bad input exits with code 2.
+The one CLI home of the package. Commands: `one-run`, `clopper-pearson`, `gdp`, `fdp-one-run` (here), `power`
+(`audits.cli.power`), `selection` and `dp-grpo` (registered from `audits.cli.selection` and `audits.cli.dpgrpo`).
+Each audit command prints a table, or with `--json` one JSON object: the audit report with the command's headline
+keys copied to the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed
+artifact DIR/audit.json; inputs are validated before anything is written, and bad input exits with code 2.
 """
 
 from __future__ import annotations
 
+from privcheck.cli_args import integer, number
+
+__all__ = ["cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "register"]
+
 
 def register(verbs: dict, common) -> None:
     """Add the `audit` verb's commands."""
-    from privcheck.cli import _integer, _number
-
     audit = verbs["audit"]
     o = audit.add_parser("one-run", parents=[common],
                          help="one-run canary audit from counts (Steinke, Nasr & Jagielski): ε lower bound")
-    _counts(o, _integer)
-    _level(o, _number)
-    o.add_argument("--epsilon-nominal", type=_number, default=None, help="claimed ε to test (optional)")
+    _counts(o)
+    _level(o)
+    o.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
     _out(o)
     o.set_defaults(func=cmd_one_run)
 
     c = audit.add_parser("clopper-pearson", parents=[common],
                          help="multi-run audit with Clopper–Pearson bounds on FPR and FNR: ε lower bound")
-    _runs(c, _integer)
-    _level(c, _number)
+    _runs(c)
+    _level(c)
     c.add_argument("--one-sided", action="store_true", help="test only the event {score >= t} (drop ε₂)")
-    c.add_argument("--thresholds", type=_integer, default=1,
+    c.add_argument("--thresholds", type=integer, default=1,
                    help="K thresholds declared in advance (Bonferroni: CP at p/(2K); default 1)")
-    c.add_argument("--epsilon-nominal", type=_number, default=None, help="claimed ε to test (optional)")
+    c.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
     _out(c)
     c.set_defaults(func=cmd_clopper_pearson)
 
     g = audit.add_parser("gdp", parents=[common],
                          help="multi-run μ-GDP lower bound (valid only for a Gaussian trade-off curve)")
-    _runs(g, _integer)
-    _level(g, _number)
-    g.add_argument("--hypotheses", type=_integer, default=1, help="K tested hypotheses (CP at p/(2K); default 1)")
+    _runs(g)
+    _level(g)
+    g.add_argument("--hypotheses", type=integer, default=1, help="K tested hypotheses (CP at p/(2K); default 1)")
     _out(g)
     g.set_defaults(func=cmd_gdp)
 
     f = audit.add_parser("fdp-one-run", parents=[common],
                          help="one-run f-DP audit in the Gaussian family: μ lower bound (Mahloujifar et al.)")
-    _counts(f, _integer)
-    _level(f, _number)
+    _counts(f)
+    _level(f)
     _out(f)
     f.set_defaults(func=cmd_fdp_one_run)
 
-    from audits.dpgrpo_cli import add_dpgrpo_parser
-    from audits.power_cli import add_power_parser
-    from audits.selection_cli import add_selection_parser
+    from audits.cli.dpgrpo import add_dpgrpo_parser
+    from audits.cli.power import add_power_parser
+    from audits.cli.selection import add_selection_parser
     add_power_parser(audit, common)
     add_selection_parser(audit, common)
     add_dpgrpo_parser(audit, common)
 
 
-def _counts(p, integer) -> None:
+def _counts(p) -> None:
     p.add_argument("--canaries", type=integer, required=True, help="m, number of randomised canaries")
     p.add_argument("--guesses", type=integer, required=True, help="r, number of non-abstaining guesses (<= m)")
     p.add_argument("--correct", type=integer, required=True, help="v, number of correct guesses (<= r)")
 
 
-def _runs(p, integer) -> None:
+def _runs(p) -> None:
     p.add_argument("--runs-in", type=integer, required=True, help="N₁, runs with the canary")
     p.add_argument("--runs-out", type=integer, required=True, help="N₀, runs without the canary")
     p.add_argument("--false-negatives", type=integer, required=True, help="FN out of N₁")
     p.add_argument("--false-positives", type=integer, required=True, help="FP out of N₀")
 
 
-def _level(p, number) -> None:
+def _level(p) -> None:
     p.add_argument("--delta", type=number, required=True, help="δ of the claim being audited")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
 

@@ -1,4 +1,4 @@
-"""`privcheck audit selection`: black-box pair audit of PrivBoN or PrivITP on a worst-case pair (spec audits.md §8).
+"""`privcheck audit selection`: black-box pair audit of PrivBoN or PrivITP on a worst-case pair (docs/audits.md).
 
     privcheck audit selection --mechanism privbon|privitp [--pair worst|example|phase1] [--sigma S]
         [--candidates N] [--sensitivity D] [--r-max R] [--headroom L] [--lambda-tilde X|auto]
@@ -6,9 +6,9 @@
         [--criterion plugin_ratio|predicted_bound] [--split-frac F]
         --samples N --out DIR [--seed S] [--confidence C] [--delta D] [--json]
 
-Pairs (audits.selection_pairs): PrivBoN `worst` (§8.3; --sigma is the Gumbel scale) and `example` (the
-exponential-mechanism pair, ln-ratio 0.5000); PrivITP `worst` (Phase 2 given a fixed λ̃, event {t = target},
-§8.4; --sigma is σ_Z, and `--lambda-tilde auto` picks λ̃ from the exact law so that the event is auditable at
+Pairs (audits.selection_pairs): PrivBoN `worst` (--sigma is the Gumbel scale) and `example` (the
+exponential-mechanism pair, ln-ratio 0.5000); PrivITP `worst` (Phase 2 given a fixed λ̃, event {t = target};
+--sigma is σ_Z, and `--lambda-tilde auto` picks λ̃ from the exact law so that the event is auditable at
 --samples) and `phase1` (the λ̃ release; --sigma is σ_X, --delta the Phase-1 δ).
 
 Writes the sealed artifact DIR/audit.json (audits.report.write_audit: schema-validated, atomic) and prints a
@@ -16,14 +16,14 @@ table, or with --json one JSON object: the audit report with `eps_lower`, `epsil
 compared with: the certified ε, or for PrivITP the largest certified ex-post loss over the tested event),
 `exact_log_ratio` (exact law of the reference mechanism, for the tested event) and `artifact` at the top
 level. Every argument is validated before any sampling and before anything is written (InvalidParameter,
-exit 2 through `privcheck.cli.main`). The lead wires `add_selection_parser` into audits/cli.py.
+exit 2 through `privcheck.cli.main`). `audits.cli` registers `add_selection_parser` under `audit`.
 """
 
 from __future__ import annotations
 
-
-from privcheck.cli import _integer, _number
 import dataclasses
+
+from privcheck.cli_args import integer, number
 
 DEFAULTS = {  # per mechanism: (sigma, candidates, sensitivity)
     "privbon": (2.0, 16, 1.0),
@@ -36,18 +36,18 @@ def add_selection_parser(audit_subparsers, common) -> None:
     """Add `selection` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
     p = audit_subparsers.add_parser(
         "selection", parents=[common],
-        help="black-box pair audit of PrivBoN / PrivITP on a worst-case neighbour pair (spec §8): ε lower bound")
+        help="black-box pair audit of PrivBoN / PrivITP on a worst-case neighbour pair: ε lower bound")
     p.add_argument("--mechanism", choices=("privbon", "privitp"), required=True)
     p.add_argument("--pair", choices=("worst", "example", "phase1"), default="worst",
                    help="worst (default); example: the exponential-mechanism pair (privbon); phase1: the λ̃ "
                         "release (privitp)")
-    p.add_argument("--sigma", type=_number, default=None,
+    p.add_argument("--sigma", type=number, default=None,
                    help="noise scale: PrivBoN Gumbel σ (default 2), PrivITP σ_Z (default 0.25; σ_X for phase1)")
-    p.add_argument("--candidates", type=_integer, default=None, help="n (default 16 PrivBoN, 4 PrivITP)")
-    p.add_argument("--sensitivity", type=_number, default=None, help="score sensitivity Δ (default 1 / 0.25)")
-    p.add_argument("--r-max", type=_number, default=1.0, help="public upper score bound (default 1; r_lo = 0)")
-    p.add_argument("--headroom", type=_number, default=0.5, help="PrivITP headroom L >= 0 (default 0.5)")
-    p.add_argument("--beta", type=_number, default=0.05, help="PrivITP β (default 0.05)")
+    p.add_argument("--candidates", type=integer, default=None, help="n (default 16 PrivBoN, 4 PrivITP)")
+    p.add_argument("--sensitivity", type=number, default=None, help="score sensitivity Δ (default 1 / 0.25)")
+    p.add_argument("--r-max", type=number, default=1.0, help="public upper score bound (default 1; r_lo = 0)")
+    p.add_argument("--headroom", type=number, default=0.5, help="PrivITP headroom L >= 0 (default 0.5)")
+    p.add_argument("--beta", type=number, default=0.05, help="PrivITP β (default 0.05)")
     p.add_argument("--lambda-tilde", default="auto",
                    help="PrivITP released λ̃ fixed by the harness, or 'auto' (exact-law plan; default)")
     p.add_argument("--target", default="1", help="PrivITP target halting time 1..n or 'fallback' (default 1)")
@@ -56,13 +56,13 @@ def add_selection_parser(audit_subparsers, common) -> None:
                         "for phase1)")
     p.add_argument("--criterion", choices=("plugin_ratio", "predicted_bound"), default=None,
                    help="event choice on the selection half (default plugin_ratio; predicted_bound for phase1)")
-    p.add_argument("--split-frac", type=_number, default=0.5, help="fraction of draws that select (default 0.5)")
-    p.add_argument("--samples", type=_integer, required=True, help="draws per side, N >= 2")
+    p.add_argument("--split-frac", type=number, default=0.5, help="fraction of draws that select (default 0.5)")
+    p.add_argument("--samples", type=integer, required=True, help="draws per side, N >= 2")
     p.add_argument("--out", required=True, help="directory for the sealed artifact audit.json")
-    p.add_argument("--seed", type=_integer, default=None, help="seed of the audit and the samplers (default: OS "
+    p.add_argument("--seed", type=integer, default=None, help="seed of the audit and the samplers (default: OS "
                                                                 "entropy)")
-    p.add_argument("--confidence", type=_number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
-    p.add_argument("--delta", type=_number, default=None,
+    p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
+    p.add_argument("--delta", type=number, default=None,
                    help="δ of the audited claim (default 0 for the pure pairs; 1e-5, the Phase-1 δ, for phase1)")
     p.set_defaults(func=cmd_audit_selection)
 
@@ -93,16 +93,17 @@ def _lambda(text: str):
 
 def _validate(args) -> None:
     """Audit-level arguments, checked before any pair is built, anything sampled or written."""
-    from audits.blackbox import check_count, check_delta, check_open_unit
+    from audits.blackbox import check_delta
     from audits.report import check_out_dir
+    from privcheck import validation as v
     from privcheck.errors import InvalidParameter
 
     check_out_dir(args.out)
-    check_count("samples", args.samples, 2)
-    check_open_unit("confidence", args.confidence)
-    check_open_unit("split_frac", args.split_frac)
+    v.count("samples", args.samples, 2)
+    v.open_unit("confidence", args.confidence)
+    v.open_unit("split_frac", args.split_frac)
     if args.seed is not None:
-        check_count("seed", args.seed, 0)
+        v.count("seed", args.seed, 0)
     if args.delta is not None:
         check_delta(args.delta)
     if args.mechanism == "privbon" and args.pair == "phase1":

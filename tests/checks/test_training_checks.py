@@ -16,13 +16,13 @@ import pytest
 import torch
 
 from privcheck import accounting as acc
-from privcheck.checks import dpsgd
-from privcheck.checks.dpsgd import SuiteBindings
+from privcheck.checks import training
+from privcheck.checks.training import SuiteBindings
 from privcheck.errors import InvalidParameter
 from tests.checks import reference_bindings as rb
 
 FAST_V12 = {"rows": ["math_eps4.23", "math_canary_rank4"], "calibration_rows": ("math_eps8_reference",)}
-TABLE_VII_SIGMA_EPS8 = 0.4842404738068581  # Table VII, MATH ε=8 row (spec §5.5)
+TABLE_VII_SIGMA_EPS8 = 0.4842404738068581  # Table VII, MATH ε=8 row (docs/accounting.md)
 
 
 def replayed_calibration(q, T, delta, target):
@@ -41,7 +41,7 @@ def reference():
 def suite_results(reference):
     """run_suite on the reference binding without the accountant (V12 is tested separately, with caching)."""
     b = dataclasses.replace(reference, epsilon_pld=None, epsilon_rdp=None)
-    return dpsgd.run_suite(b)
+    return training.run_suite(b)
 
 
 def _run(check, b, **kw):
@@ -53,7 +53,7 @@ def _run(check, b, **kw):
 
 # ------------------------------------------------------------------------------- correct binding passes
 
-@pytest.mark.parametrize("name", [n for n in dpsgd.CHECKS if n != "accountant_reference"])
+@pytest.mark.parametrize("name", [n for n in training.CHECKS if n != "accountant_reference"])
 def test_reference_binding_passes(suite_results, name):
     (r,) = [r for r in suite_results if r.name == name]
     assert r.suite == "dpgrpo" and r.precision == "float64" and r.reference
@@ -74,7 +74,7 @@ def test_reference_v3_runs_all_three_clip_norms(suite_results):
 
 def test_v12_fast_tier_passes(reference):
     b = dataclasses.replace(reference, calibrate_sigma=replayed_calibration)
-    r = _run(dpsgd.check_accountant_reference, b, **FAST_V12)
+    r = _run(training.check_accountant_reference, b, **FAST_V12)
     assert r.status == "pass", r.message
     assert set(r.observed["cases"]) == {"math_eps4.23", "math_canary_rank4", "jax_privacy"}
 
@@ -82,22 +82,22 @@ def test_v12_fast_tier_passes(reference):
 @pytest.mark.slow
 def test_v12_full_with_real_calibration(reference):
     b = dataclasses.replace(reference, calibrate_sigma=acc.calibrate_sigma)
-    r = _run(dpsgd.check_accountant_reference, b)
+    r = _run(training.check_accountant_reference, b)
     assert r.status == "pass", r.message
     bad = dataclasses.replace(reference, calibrate_sigma=rb.sigma_rounded_down(acc.calibrate_sigma))
-    assert _run(dpsgd.check_accountant_reference, bad, rows=[], jax_privacy=False).status == "fail"
+    assert _run(training.check_accountant_reference, bad, rows=[], jax_privacy=False).status == "fail"
 
 
 @pytest.mark.slow
 def test_v12_calibration_eps1_row(reference):
     b = dataclasses.replace(reference, calibrate_sigma=acc.calibrate_sigma)
-    r = _run(dpsgd.check_accountant_reference, b, rows=[], jax_privacy=False, calibration_rows=("math_eps1",))
+    r = _run(training.check_accountant_reference, b, rows=[], jax_privacy=False, calibration_rows=("math_eps1",))
     assert r.status == "pass", r.message
 
 
 def test_run_suite_in_order(suite_results):
     results = suite_results
-    assert [r.name for r in results] == list(dpsgd.CHECKS)
+    assert [r.name for r in results] == list(training.CHECKS)
     assert [r.status for r in results] == ["pass"] * 11 + ["skipped"]
 
 
@@ -128,46 +128,46 @@ def test_bug_variant_fails_its_check(variant, check):
     b = variant().bindings(with_accountant=False)
     if check == "sensitivity_add_remove":
         b = dataclasses.replace(b, additions=list(b.additions)[:4])
-    r = _run(dpsgd.CHECKS[check], b, **BUG_OPTIONS.get(check, {}))
+    r = _run(training.CHECKS[check], b, **BUG_OPTIONS.get(check, {}))
     assert r.status == "fail", (r.status, r.message)
 
 
 def test_v3_options_select_clip_norms(reference):
-    r = _run(dpsgd.check_sensitivity_add_remove, reference, n_base=3, n_gradient_records=2, clip_norms=("C_mix",))
+    r = _run(training.check_sensitivity_add_remove, reference, n_base=3, n_gradient_records=2, clip_norms=("C_mix",))
     assert r.status == "pass" and set(r.observed["per_C"]) == {"C_mix"}
     assert r.observed["n_trials"] == len(reference.additions) + 2 + 1 + 3   # + 2 + 1 gradient records, 3 removals
     with pytest.raises(InvalidParameter, match="clip_norms"):
-        dpsgd.check_sensitivity_add_remove(reference, clip_norms=("C=1",))
+        training.check_sensitivity_add_remove(reference, clip_norms=("C=1",))
     no_grad = dataclasses.replace(reference, record_gradient=None)
-    assert _run(dpsgd.check_sensitivity_add_remove, no_grad, clip_norms=("C_bind",)).status == "skipped"
+    assert _run(training.check_sensitivity_add_remove, no_grad, clip_norms=("C_bind",)).status == "skipped"
 
 
 def test_bug_details():
-    r = _run(dpsgd.check_noise_calibration, rb.NoiseSigmaOnly().bindings(with_accountant=False))
+    r = _run(training.check_noise_calibration, rb.NoiseSigmaOnly().bindings(with_accountant=False))
     assert r.observed["std_ratio"] == pytest.approx(4.0, rel=0.01)      # 1/C with C = 0.25
-    r = _run(dpsgd.check_record_isolation, rb.BatchAdvantageNorm().bindings(with_accountant=False))
+    r = _run(training.check_record_isolation, rb.BatchAdvantageNorm().bindings(with_accountant=False))
     assert r.observed["function_level_identical"] is True and r.observed["trainer_level_identical"] is False
-    r = _run(dpsgd.check_poisson_sampling, rb.ShuffledFixedBatches().bindings(with_accountant=False))
+    r = _run(training.check_poisson_sampling, rb.ShuffledFixedBatches().bindings(with_accountant=False))
     assert r.observed["max_freq_error"] == pytest.approx(0.2 - 1 / 6, abs=0.012)  # batch of 1 of 6
 
 
 def test_sigma_rounded_down_fails_v12(reference):
     b = dataclasses.replace(reference, calibrate_sigma=rb.sigma_rounded_down(replayed_calibration))
-    r = _run(dpsgd.check_accountant_reference, b, rows=[], jax_privacy=False)
+    r = _run(training.check_accountant_reference, b, rows=[], jax_privacy=False)
     assert r.status == "fail"
     assert r.observed["calibration"]["math_eps8_reference"]["eps_at_sigma"] > 8.0
 
 
 def test_wrong_accountant_fails_v12(reference):
     b = dataclasses.replace(reference, epsilon_pld=lambda q, s, T, d: acc.epsilon_pld(q, s, T, d).value * 1.001)
-    assert _run(dpsgd.check_accountant_reference, b, rows=["math_eps4.23"], jax_privacy=False).status == "fail"
+    assert _run(training.check_accountant_reference, b, rows=["math_eps4.23"], jax_privacy=False).status == "fail"
 
 
 # ------------------------------------------------------------------------------- skipped, error, dropout
 
-@pytest.mark.parametrize("name", list(dpsgd.CHECKS))
+@pytest.mark.parametrize("name", list(training.CHECKS))
 def test_missing_bindings_skip_never_pass(name):
-    r = _run(dpsgd.CHECKS[name], SuiteBindings())
+    r = _run(training.CHECKS[name], SuiteBindings())
     assert r.status == "skipped" and not r.passed
     assert "missing binding" in r.message
 
@@ -185,19 +185,19 @@ def _boom(*args, **kwargs):
     ("accountant_reference", "epsilon_pld")])
 def test_raising_callable_is_error(reference, name, field):
     b = dataclasses.replace(reference, **{field: _boom})
-    r = _run(dpsgd.CHECKS[name], b)
+    r = _run(training.CHECKS[name], b)
     assert r.status == "error" and not r.passed
     assert "boom from the binding" in r.message
 
 
 def test_dropout_model_raises_typed_error():
     b = rb.Reference(dropout=0.1).bindings(with_accountant=False)
-    with pytest.raises(dpsgd.DropoutEnabled):
-        dpsgd.check_record_isolation(b)
-    with pytest.raises(dpsgd.DropoutEnabled):
-        dpsgd.run_suite(b)
+    with pytest.raises(training.DropoutEnabled):
+        training.check_record_isolation(b)
+    with pytest.raises(training.DropoutEnabled):
+        training.run_suite(b)
     from privcheck.errors import PrivcheckError
-    assert issubclass(dpsgd.DropoutEnabled, PrivcheckError)
+    assert issubclass(training.DropoutEnabled, PrivcheckError)
 
 
 def test_dropout_in_hf_style_config_detected():
@@ -207,15 +207,15 @@ def test_dropout_in_hf_style_config_detected():
 
     model = torch.nn.Linear(2, 2)
     model.config = Cfg()
-    with pytest.raises(dpsgd.DropoutEnabled, match="resid_pdrop"):
-        dpsgd.assert_no_dropout(model)
+    with pytest.raises(training.DropoutEnabled, match="resid_pdrop"):
+        training.assert_no_dropout(model)
 
 
 def test_checks_import_without_torch():
     code = ("import sys\n"
-            "import privcheck.checks.dpsgd as d, privcheck.accounting\n"
+            "import privcheck.checks.training as d, privcheck.accounting\n"
             "r = d.check_clip_contract(d.SuiteBindings()); assert r.status == 'skipped', r\n"
-            "assert 'torch' not in sys.modules, 'privcheck.checks.dpsgd imported torch eagerly'\n")
+            "assert 'torch' not in sys.modules, 'privcheck.checks.training imported torch eagerly'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 
 
@@ -226,7 +226,7 @@ def test_checks_import_without_torch():
 
 CONFTEST = """
 import math, pytest, torch
-from privcheck.checks.dpsgd import SuiteBindings
+from privcheck.checks.training import SuiteBindings
 
 def good_clip(v, C):
     norm = float(torch.linalg.vector_norm(v.double()))
@@ -273,7 +273,7 @@ def test_plugin_registered_as_pytest11_entry_point():
 
 def test_plugin_import_is_cheap():
     code = (f"import sys, {PLUGIN}\n"
-            "heavy = [m for m in ('torch', 'privcheck.checks.dpsgd', 'privcheck.accounting', 'dp_accounting')"
+            "heavy = [m for m in ('torch', 'privcheck.checks.training', 'privcheck.accounting', 'dp_accounting')"
             " if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
@@ -283,7 +283,7 @@ def test_plugin_collects_one_test_per_check_and_reports_skips(tmp_path):
     rc, out = _pytest(_project(tmp_path, "good_clip"), "--privcheck")
     assert rc == 0, out
     assert "2 passed, 11 skipped" in out, out     # the project's own test and clip_contract; 11 unbound checks
-    for name in dpsgd.CHECKS:
+    for name in training.CHECKS:
         if name != "clip_contract":
             assert f"{name}: skipped: missing binding(s)" in out, (name, out)
     assert "accountant_reference: skipped: missing binding(s): epsilon_pld" in out

@@ -1,4 +1,4 @@
-"""`privcheck audit dp-grpo`: the one-run canary audit of DP-GRPO (spec audits.md §7.3, §7.4).
+"""`privcheck audit dp-grpo`: the one-run canary audit of DP-GRPO (docs/audits.md, "Auditing DP-GRPO in one run").
 
     privcheck audit dp-grpo --preset NAME --canaries M --out DIR [--canary-type gradient_dirac|input_binary]
         [--seed S] [--rounds T] [--q Q] [--confidence C] [--json]
@@ -12,11 +12,12 @@ Writes, under DIR: `audit.json` (the sealed audit artifact, schema-validated, at
 and `private/reveal.json` (the auditor's private log and the revealed coins with the salt; mode 0600 in a 0700
 directory), `scores.png` (in/out score distributions after the reveal, with the pre-registered guess thresholds) and
 `bound_vs_m.png` (the power plan's ceiling, planned bound and Monte Carlo band against the number of canaries, from
-`audits.power.plot_bound_vs_canaries`; plots use matplotlib's Agg backend and are written atomically). With
+`audits.power.plot_bound_vs_canaries`; plots use matplotlib's Agg backend and are written together through
+`privcheck.artifacts.ArtifactDirectory`: both or neither). With
 --json it prints one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and
 `planned_eps_lower` at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before
-any work and before anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`). The lead wires
-`add_dpgrpo_parser` into audits/cli.py.
+any work and before anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`).
+`audits.cli` adds the command with `add_dpgrpo_parser`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ import time
 
 import numpy as np
 
-from privcheck.cli import _integer, _number
+from privcheck.cli_args import integer, number
+
+__all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "add_dpgrpo_parser", "cmd_audit_dpgrpo",
+           "scores_png", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
 BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
@@ -41,17 +45,17 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
         "dp-grpo", parents=[common],
         help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
     p.add_argument("--preset", required=True, help="audit preset: " + ", ".join(sorted(AUDIT_PRESETS)))
-    p.add_argument("--canaries", type=_integer, required=True,
+    p.add_argument("--canaries", type=integer, required=True,
                    help="m, canaries added as extra slots (>= 1; >= 2 for input_binary)")
     p.add_argument("--canary-type", default=CANARY_TYPES[0],
                    help="gradient_dirac (default; white-box per-step LLR) or input_binary (end to end, log-odds of "
                         "a secret binary label vs the public base)")
     p.add_argument("--out", required=True, help="directory for audit.json, the plots and private/ (auditor log)")
-    p.add_argument("--seed", type=_integer, default=None,
+    p.add_argument("--seed", type=integer, default=None,
                    help="seeded test run (trainer, coins, plan); default OS entropy (an audit release)")
-    p.add_argument("--rounds", type=_integer, default=None, help="T, training rounds (default: the preset's)")
-    p.add_argument("--q", type=_number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
-    p.add_argument("--confidence", type=_number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
+    p.add_argument("--rounds", type=integer, default=None, help="T, training rounds (default: the preset's)")
+    p.add_argument("--q", type=number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
+    p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
     p.set_defaults(func=cmd_audit_dpgrpo)
 
 
@@ -78,7 +82,7 @@ def cmd_audit_dpgrpo(args) -> int:
     plots = write_plots(res, args.out)
     runtime = time.perf_counter() - start
     rep, design = res.report, res.design
-    cfg = design.config
+    plan = design.plan
     payload = dict(res.document, artifact=str(res.artifact), plots=[str(p) for p in plots], runtime_s=runtime,
                    private_log=str(res.log_path))
     payload.update(res.headline())
@@ -90,9 +94,10 @@ def cmd_audit_dpgrpo(args) -> int:
             ("p_value_at_nominal", r["p_value_at_nominal"]),
             ("rejects_nominal", r["rejects_nominal"]),
             ("canaries / guesses / correct", f"{design.m} / {r['guesses']} / {r['correct']}"),
-            ("q / sigma / T / C", f"{cfg.q:g} / {cfg.sigma:.6g} / {cfg.T} / {cfg.C:g}"),
-            ("n real + canary slots", f"{design.n_real} + {design.m}"),
-            ("delta", cfg.delta),
+            ("q / sigma / T / C", (f"{plan.sampling_rate:g} / {plan.noise_multiplier:.6g} / {plan.steps} / "
+                                   f"{plan.clip_norm:g}")),
+            ("n real + canary slots", f"{plan.records} + {plan.canaries}"),
+            ("delta", plan.delta),
             ("canary type / score", f"{rep.canaries['type']} / {rep.canaries['score']}"),
             ("never-sampled present canaries", rep.diagnostics["never_sampled_in_canaries"]),
             ("constant-reward canary groups", rep.diagnostics["constant_reward_canary_groups_frac"]),
@@ -141,30 +146,26 @@ def scores_png(scores: np.ndarray, signs: np.ndarray, k_plus: int, k_minus: int,
 
 
 def write_plots(res, out_dir) -> list:
-    """DIR/scores.png and DIR/bound_vs_m.png (atomic writes)."""
-    from pathlib import Path
-
+    """DIR/scores.png and DIR/bound_vs_m.png, moved into DIR together (both or neither)."""
     from audits.power import plot_bound_vs_canaries
-    from privcheck.artifacts.writer import write_atomic
+    from privcheck.artifacts import ArtifactDirectory
 
-    out = Path(out_dir)
     rep, design = res.report, res.design
-    r = rep.result
+    plan, r = design.plan, rep.result
     dirac = rep.canaries["type"] == "gradient_dirac"
     title = (f"DP-GRPO {'Dirac' if dirac else 'input-space binary'} canaries: m = {design.m}, "
-             f"q = {design.config.q:g}, σ = {design.config.sigma:.4g}, "
-             f"T = {design.config.T}; ε_lower = {r['eps_lower']:.3f} ({r['correct']}/{r['guesses']} correct), "
+             f"q = {plan.sampling_rate:g}, σ = {plan.noise_multiplier:.4g}, "
+             f"T = {plan.steps}; ε_lower = {r['eps_lower']:.3f} ({r['correct']}/{r['guesses']} correct), "
              f"certified ε = {rep.claim['epsilon']:.3f}")
     xlabel = ("white-box per-step LLR score" if dirac
               else "log-odds of the secret label, trained minus public base")
-    scores_path = write_atomic(out / "scores.png", scores_png(res.scores, res.membership, design.preregistration.k_plus,
-                                                              design.preregistration.k_minus, title, xlabel))
-    grid = sorted({max(2, int(round(design.m * f))) for f in BOUND_PLOT_FACTORS})
-    bound_path = out / "bound_vs_m.png"
+    grid = sorted({max(2, round(design.m * f)) for f in BOUND_PLOT_FACTORS})
     model = design.score_model if hasattr(design, "score_model") else design.score.model
-    plot_bound_vs_canaries(model, grid, delta=design.config.delta, confidence=design.confidence,
-                           eps_nominal=design.epsilon, sims=BOUND_PLOT_SIMS, seed=0, path=bound_path)
-    return [scores_path, bound_path]
-
-
-__all__ = ["add_dpgrpo_parser", "cmd_audit_dpgrpo", "scores_png", "write_plots"]
+    with ArtifactDirectory(out_dir) as staging:
+        scores_path = staging.write_bytes("scores.png", scores_png(
+            res.scores, res.membership, design.preregistration.k_plus, design.preregistration.k_minus, title,
+            xlabel))
+        plot_bound_vs_canaries(model, grid, delta=plan.delta, confidence=design.confidence,
+                               eps_nominal=design.epsilon, sims=BOUND_PLOT_SIMS, seed=0,
+                               path=staging.path / "bound_vs_m.png")
+    return [scores_path, staging.target / "bound_vs_m.png"]

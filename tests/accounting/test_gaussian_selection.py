@@ -1,7 +1,7 @@
-"""Lebensold et al.'s Gaussian selection accountants: Report-Noisy-Max and AboveThreshold (spec §11, §13.3).
+"""Gaussian selection accountants (after Lebensold et al.): Report-Noisy-Max and AboveThreshold.
 
 Independent references used here (never values printed by the library):
-- the spec's reference value O-8 (§17);
+- the reference value O-8 of the selection suite;
 - closed forms for d = 2 (RNM: Φ of a Gaussian difference) and t = 1 (AT: Φ of a Gaussian sum), in mpmath;
 - mpmath quadrature written below at 60 digits with explicit breakpoints around the mode, a finite
   truncation and the neglected tail bounded explicitly (§13.4);
@@ -31,15 +31,15 @@ from scipy.integrate import quad
 from scipy.optimize import minimize_scalar
 from scipy.special import log_ndtr
 
-from privcheck.accounting import lebensold
-from privcheck.accounting.lebensold import gaussian_at_expost_eps, gaussian_rnm_eps
+from privcheck.accounting import gaussian_selection
+from privcheck.accounting.gaussian_selection import gaussian_at_expost_eps, gaussian_rnm_eps
 from privcheck.errors import CertificationError, InvalidParameter
 
 DPS = 60
 M = mpmath.mpf
 SQRT3 = math.sqrt(3.0)
 
-# O-8 (spec §17): ρ = 0.75, t = 3, σ_X = 0.3, σ_Z = √3·σ_X, Δ = 1e−3, [a, b] = [0, 1].
+# O-8: ρ = 0.75, t = 3, σ_X = 0.3, σ_Z = √3·σ_X, Δ = 1e−3, [a, b] = [0, 1].
 O8_EXPECTED = 0.00796829839499
 O8_TOL = 1e-13
 
@@ -185,7 +185,7 @@ def test_o8_contains_mpmath_value():
 def test_record_fields_and_json():
     rec = gaussian_at_expost_eps(3, 0.75, 0.3, SQRT3 * 0.3, 1e-3)
     assert (rec.quantity, rec.mechanism, rec.method) == ("epsilon", "gaussian_above_threshold",
-                                                        "lebensold_integral_arb")
+                                                        "gaussian_selection_integral_arb")
     assert rec.value == rec.certified.upper and rec.certified.lower <= rec.value
     assert rec.certified.side == "upper" and rec.certified.precision_bits >= 256
     for key in ("T", "precision_bits", "numerator", "denominator", "tail_bound", "worst_case", "proof"):
@@ -198,7 +198,7 @@ def test_record_fields_and_json():
     assert doc["certified"]["upper"] == rec.value and doc["inputs"]["halting_time"] == 3
 
     rnm = gaussian_rnm_eps(16, 0.3, 1e-3)
-    assert (rnm.mechanism, rnm.method) == ("gaussian_report_noisy_max", "lebensold_integral_arb")
+    assert (rnm.mechanism, rnm.method) == ("gaussian_report_noisy_max", "gaussian_selection_integral_arb")
     assert rnm.value == rnm.certified.upper and rnm.certified.width <= 1e-12 * rnm.value
     json.dumps(rnm.to_json())
 
@@ -428,19 +428,19 @@ def test_delta_equal_to_range_is_allowed():
 # --- certification machinery ----------------------------------------------------------------------
 
 def test_precision_doubles_when_an_integral_is_too_wide(monkeypatch):
-    real = lebensold.integrate
+    real = gaussian_selection.integrate
     calls = []
 
     def flaky(integrand, lo, hi, *, prec, **kw):
         calls.append(prec)
-        if prec == lebensold.START_PREC:
+        if prec == gaussian_selection.START_PREC:
             raise CertificationError("simulated wide enclosure")
         return real(integrand, lo, hi, prec=prec, **kw)
 
-    monkeypatch.setattr(lebensold, "integrate", flaky)
+    monkeypatch.setattr(gaussian_selection, "integrate", flaky)
     rec = gaussian_at_expost_eps(3, 0.75, 0.3, SQRT3 * 0.3, 1e-3)
-    assert calls[0] == lebensold.START_PREC and set(calls[1:]) == {2 * lebensold.START_PREC}
-    assert rec.details["precision_bits"] == 2 * lebensold.START_PREC == rec.certified.precision_bits
+    assert calls[0] == gaussian_selection.START_PREC and set(calls[1:]) == {2 * gaussian_selection.START_PREC}
+    assert rec.details["precision_bits"] == 2 * gaussian_selection.START_PREC == rec.certified.precision_bits
     assert abs(rec.value - O8_EXPECTED) <= O8_TOL
 
 
@@ -448,7 +448,7 @@ def test_fails_closed_when_enclosure_stays_wide(monkeypatch):
     def wide(integrand, lo, hi, *, prec, **kw):
         return arb(1, 0.25)     # a valid but uselessly wide ball, at every precision
 
-    monkeypatch.setattr(lebensold, "integrate", wide)
+    monkeypatch.setattr(gaussian_selection, "integrate", wide)
     with pytest.raises(CertificationError):
         gaussian_rnm_eps(4, 0.3, 1e-3)
     with pytest.raises(CertificationError):
@@ -462,21 +462,21 @@ def test_fails_closed_when_mode_is_out_of_reach():
 
 # --- bad input ------------------------------------------------------------------------------------
 
-RNM_OK = dict(d=4, sigma=0.3, Delta=1e-3, a=0.0, b=1.0)
-AT_OK = dict(t=3, rho=0.75, sigma_X=0.3, sigma_Z=0.5, Delta=1e-3, a=0.0, b=1.0)
+RNM_OK = dict(d=4, sigma=0.3, sensitivity=1e-3, a=0.0, b=1.0)
+AT_OK = dict(t=3, rho=0.75, sigma_threshold=0.3, sigma_query=0.5, sensitivity=1e-3, a=0.0, b=1.0)
 NONFINITE = [math.nan, math.inf, -math.inf]
 
 RNM_BAD = ([("d", x, "queries") for x in (0, -1, 2.5, "4", True, None, math.nan, math.inf)]
            + [("sigma", x, "sigma") for x in (0.0, -0.3, "0.3", None, *NONFINITE)]
-           + [("Delta", x, "sensitivity")
+           + [("sensitivity", x, "sensitivity")
               for x in (0.0, -1e-3, math.nextafter(1.0, 2.0), 2.0, "x", *NONFINITE)]
            + [("a", x, "range") for x in (1.0, 2.0, "0", None, *NONFINITE)]
            + [("b", x, "range") for x in (0.0, -1.0, True, *NONFINITE)])
 AT_BAD = ([("t", x, "halting_time") for x in (0, -2, 1.5, "3", False, None, math.nan)]
           + [("rho", x, "threshold") for x in ("0.75", None, *NONFINITE)]
-          + [("sigma_X", x, "sigma_X") for x in (0.0, -1.0, None, *NONFINITE)]
-          + [("sigma_Z", x, "sigma_Z") for x in (0.0, -1.0, "1", *NONFINITE)]
-          + [("Delta", x, "sensitivity") for x in (0.0, -1.0, 1.5, *NONFINITE)]
+          + [("sigma_threshold", x, "sigma_threshold") for x in (0.0, -1.0, None, *NONFINITE)]
+          + [("sigma_query", x, "sigma_query") for x in (0.0, -1.0, "1", *NONFINITE)]
+          + [("sensitivity", x, "sensitivity") for x in (0.0, -1.0, 1.5, *NONFINITE)]
           + [("a", x, "range") for x in (1.0, 5.0, *NONFINITE)]
           + [("b", x, "range") for x in (0.0, -3.0, *NONFINITE)])
 

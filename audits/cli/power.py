@@ -1,34 +1,35 @@
-"""`privcheck audit power`: plan a one-run canary audit before running it (spec audits.md §6, §10).
+"""`privcheck audit power`: plan a one-run canary audit before running it (docs/audits.md, "Power analysis").
 
     privcheck audit power --canaries M --delta D [--confidence C] --score-model perfect|gdp:MU|
         dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] [--epsilon-nominal E] [--sims N] [--seed S] [--json]
 
 With --json it prints one JSON object: the power report (`audits.power.PowerReport.to_json`, whose top level holds
-the headline keys eps_ceiling, planned_eps_lower, guesses (k*) and min_correct_for_nominal), the spec §10 `power`
-block under `power`, and `eps_nominal_source`. Without --epsilon-nominal, a `dpsgd_dirac` plan compares with the PLD
-accountant's ε for (q, σ, T, δ) and a `gdp` plan with the μ-GDP ε; the source is printed. Bad input raises
-InvalidParameter (exit 2 through `privcheck.cli.main`) before any simulation.
+the headline keys eps_ceiling, planned_eps_lower, guesses (k*) and min_correct_for_nominal), the audit report's
+`power` block under `power`, and `eps_nominal_source`. Without --epsilon-nominal, a `dpsgd_dirac` plan compares
+with the PLD accountant's ε for (q, σ, T, δ) and a `gdp` plan with the μ-GDP ε; the source is printed. Bad input
+raises InvalidParameter (exit 2 through `privcheck.cli.main`) before any simulation.
 """
 
 from __future__ import annotations
 
+from privcheck.cli_args import integer, number
 
-from privcheck.cli import _integer, _number
+__all__ = ["add_power_parser", "cmd_audit_power"]
 
 
 def add_power_parser(audit_subparsers, common) -> None:
     """Add `power` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
     p = audit_subparsers.add_parser("power", parents=[common],
-                                    help="power analysis of a one-run canary audit, before running it (spec §6)")
-    p.add_argument("--canaries", type=_integer, required=True, help="m, the number of randomised canaries (>= 1)")
-    p.add_argument("--delta", type=_number, required=True, help="the claim's own δ in [0, 1]")
-    p.add_argument("--confidence", type=_number, default=0.95, help="1 − significance, in (0, 1) (default 0.95)")
+                                    help="power analysis of a one-run canary audit, before running it")
+    p.add_argument("--canaries", type=integer, required=True, help="m, the number of randomised canaries (>= 1)")
+    p.add_argument("--delta", type=number, required=True, help="the claim's own δ in [0, 1]")
+    p.add_argument("--confidence", type=number, default=0.95, help="1 − significance, in (0, 1) (default 0.95)")
     p.add_argument("--score-model", required=True,
                    help="perfect | gdp:MU | dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] (TAU: interference, default 0)")
-    p.add_argument("--epsilon-nominal", type=_number, default=None,
+    p.add_argument("--epsilon-nominal", type=number, default=None,
                    help="the claimed ε (default: PLD ε for dpsgd_dirac, μ-GDP ε for gdp, none for perfect)")
-    p.add_argument("--sims", type=_integer, default=200, help="Monte Carlo audits (default 200)")
-    p.add_argument("--seed", type=_integer, default=None, help="seed of the simulation (default: OS entropy)")
+    p.add_argument("--sims", type=integer, default=200, help="Monte Carlo audits (default 200)")
+    p.add_argument("--seed", type=integer, default=None, help="seed of the simulation (default: OS entropy)")
     p.set_defaults(func=cmd_audit_power)
 
 
@@ -66,5 +67,3 @@ def cmd_audit_power(args) -> int:
     emit(args, payload, rows)
     return 0
 
-
-__all__ = ["add_power_parser", "cmd_audit_power"]

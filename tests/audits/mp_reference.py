@@ -1,6 +1,6 @@
-"""Independent mpmath (60-digit) evaluation of the spec's one-run p-value formula (audits.md §3.2).
+"""Independent mpmath (60-digit) evaluation of the one-run p-value formula (docs/audits.md, "Proof notes").
 
-Written from the spec text only: exact binomial pmf sums, every window i = 1..v, no early stopping and no
+Written from the formula only: exact binomial pmf sums, every window i = 1..v, no early stopping and no
 survival-function tricks. Slow; used on small r only.
 """
 

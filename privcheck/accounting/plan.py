@@ -1,0 +1,167 @@
+"""The DP-SGD / DP-GRPO plan: the public privacy parameters of a training run, bound to their ε.
+
+A `DPSGDPlan` holds what the privacy guarantee depends on and nothing else: the number of privacy records n (an
+example for DP-SGD; one prompt with all its rollouts for DP-GRPO), the Poisson sampling rate q, the noise
+multiplier σ, the clip norm C, the number of steps T, δ, the number of auditor canaries m_c (which enter only
+the public divisor q·(n + m_c)) and the neighbouring relation. Training and performance settings (learning rate,
+batch chunking, precision, ...) live elsewhere, so changing them can never touch the guarantee.
+
+The ε of a plan is never stored: `plan.epsilon()` is `epsilon(plan.event, plan.delta)` every time (cached by the
+accountant). A calibration attached to a plan is checked against the plan's own event and δ at construction
+(`CalibrationMismatch` otherwise), and `replace()` drops it whenever the event changes, so a plan cannot carry an
+ε that its parameters do not produce (docs/accounting.md, "Events and plans").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from privcheck import validation as v
+from privcheck.accounting.accountant import epsilon
+from privcheck.accounting.calibration import Calibration, calibrate_sigma
+from privcheck.accounting.events import NeighboringRelation, PoissonGaussianEvent
+from privcheck.accounting.records import AccountingRecord
+from privcheck.errors import CalibrationMismatch, InvalidParameter
+
+__all__ = ["DPGRPOPlan", "DPSGDPlan", "PRIVACY_FIELDS"]
+
+PRIVACY_FIELDS = ("records", "sampling_rate", "noise_multiplier", "clip_norm", "steps", "delta", "canaries",
+                  "relation")
+ACCOUNTANT = "privcheck.accounting.epsilon (PLD, dp-accounting, pessimistic)"
+
+
+@dataclass(frozen=True)
+class DPSGDPlan:
+    """Poisson-sampled, clipped, Gaussian-noised training: T rounds of (S + N(0, (σC)²))/(q·(n + m_c))."""
+
+    records: int
+    sampling_rate: float
+    noise_multiplier: float
+    clip_norm: float
+    steps: int
+    delta: float
+    canaries: int = 0
+    relation: NeighboringRelation = NeighboringRelation.ADD_REMOVE
+    calibration: Calibration | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        s = object.__setattr__
+        s(self, "records", v.count("records", self.records))
+        s(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
+        s(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        s(self, "clip_norm", v.positive("clip_norm", self.clip_norm))
+        s(self, "steps", v.count("steps", self.steps))
+        s(self, "delta", v.open_unit("delta", self.delta))
+        s(self, "canaries", v.count("canaries", self.canaries, minimum=0))
+        relation = NeighboringRelation.coerce(self.relation)
+        if relation is NeighboringRelation.SCORE_SENSITIVITY:
+            raise InvalidParameter("relation", relation.value, "'add_remove' or 'replace_one'")
+        s(self, "relation", relation)
+        if self.calibration is not None:
+            self._check_calibration(self.calibration)
+
+    def _check_calibration(self, cal) -> None:
+        if not isinstance(cal, Calibration):
+            raise CalibrationMismatch(
+                f"calibration must be a privcheck.accounting.Calibration computed for this plan, not "
+                f"{type(cal).__name__} (a mapping's epsilon cannot be checked)")
+        if cal.event != self.event or cal.delta != self.delta or cal.value != self.noise_multiplier:
+            raise CalibrationMismatch(
+                f"calibration was computed for {None if cal.event is None else cal.event.to_json()} at "
+                f"delta={cal.delta!r}, but the plan is {self.event.to_json()} at delta={self.delta!r}")
+
+    # ------------------------------------------------------------------ derived public values
+
+    @property
+    def event(self) -> PoissonGaussianEvent:
+        return PoissonGaussianEvent(self.sampling_rate, self.noise_multiplier, self.steps, self.relation)
+
+    @property
+    def divisor(self) -> float:
+        """The public normaliser q·(n + m_c): never the realised batch size."""
+        return self.sampling_rate * (self.records + self.canaries)
+
+    @property
+    def expected_batch_size(self) -> float:
+        return self.sampling_rate * self.records
+
+    @property
+    def noise_std(self) -> float:
+        """σ·C, the standard deviation of the noise added to the clipped sum."""
+        return self.noise_multiplier * self.clip_norm
+
+    @property
+    def target_epsilon(self) -> float | None:
+        return None if self.calibration is None else self.calibration.target_epsilon
+
+    def epsilon(self, *, method: str | None = None) -> AccountingRecord:
+        """The plan's ε, from its event (the one accounting entry point); `method="rdp"` for the cross-check."""
+        return epsilon(self.event, self.delta, method=method)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_target(cls, *, records, sampling_rate, clip_norm, steps, delta, target_epsilon, canaries=0,
+                    relation=NeighboringRelation.ADD_REMOVE) -> "DPSGDPlan":
+        """σ calibrated for `target_epsilon` (never overshooting), with the calibration attached."""
+        q = v.sampling_rate("sampling_rate", sampling_rate)
+        cal = calibrate_sigma(q, steps, delta, target_epsilon, relation=relation)
+        return cls(records=records, sampling_rate=q, noise_multiplier=cal.value, clip_norm=clip_norm, steps=steps,
+                   delta=delta, canaries=canaries, relation=relation, calibration=cal)
+
+    def replace(self, *, target_epsilon: float | None = None, **changes) -> "DPSGDPlan":
+        """A new plan with `changes`. If the event or δ changes, the calibration is dropped, or, when
+        `target_epsilon` is given, σ is calibrated again for the new parameters; it is never kept stale."""
+        unknown = set(changes) - set(PRIVACY_FIELDS)
+        if unknown:
+            name = sorted(unknown)[0]
+            raise InvalidParameter(name, changes[name], f"one of the plan's fields {PRIVACY_FIELDS}")
+        new = dataclasses.replace(self, calibration=None, **changes)
+        if target_epsilon is not None:
+            fields = {k: getattr(new, k) for k in PRIVACY_FIELDS if k != "noise_multiplier"}
+            return type(self).from_target(target_epsilon=target_epsilon, **fields)
+        cal = self.calibration
+        if cal is not None and cal.event == new.event and cal.delta == new.delta:
+            return dataclasses.replace(new, calibration=cal)
+        return new
+
+    # ------------------------------------------------------------------ serialisation
+
+    def claim(self) -> dict:
+        """What an artifact states about the guarantee; ε computed now from the plan's own event."""
+        rec = self.epsilon()
+        return {"epsilon": rec.value, "delta": self.delta, "sampling_rate": self.sampling_rate,
+                "noise_multiplier": self.noise_multiplier, "steps": self.steps, "clip_norm": self.clip_norm,
+                "records": self.records, "canaries": self.canaries, "divisor": self.divisor,
+                "neighboring": self.relation.value, "accountant": ACCOUNTANT, "event": self.event.to_json(),
+                "target_epsilon": self.target_epsilon,
+                "calibration": None if self.calibration is None else self.calibration.to_json()}
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in PRIVACY_FIELDS}
+        out["relation"] = self.relation.value
+        out["target_epsilon"] = self.target_epsilon
+        return out
+
+    @classmethod
+    def from_json(cls, document) -> "DPSGDPlan":
+        """Inverse of `to_json`; a recorded target ε is re-calibrated and must give the recorded σ exactly."""
+        if not isinstance(document, dict):
+            raise InvalidParameter("plan", type(document).__name__, "a mapping from DPSGDPlan.to_json()")
+        missing = [k for k in PRIVACY_FIELDS if k not in document]
+        if missing:
+            raise InvalidParameter("plan", sorted(document), f"a mapping with the fields {PRIVACY_FIELDS}")
+        plan = cls(**{k: document[k] for k in PRIVACY_FIELDS})
+        target = document.get("target_epsilon")
+        if target is None:
+            return plan
+        cal = calibrate_sigma(plan.sampling_rate, plan.steps, plan.delta, target, relation=plan.relation)
+        if cal.value != plan.noise_multiplier:
+            raise CalibrationMismatch(f"recorded noise_multiplier {plan.noise_multiplier!r} is not the calibration "
+                                      f"for target epsilon {target!r} ({cal.value!r})")
+        return dataclasses.replace(plan, calibration=cal)
+
+
+# In DP-GRPO the privacy record is one prompt with all its rollouts; the plan is the same object.
+DPGRPOPlan = DPSGDPlan
