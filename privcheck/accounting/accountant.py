@@ -91,7 +91,8 @@ def _history_pld(event: CompositionHistory, delta: float, interval: float) -> Ac
     except (ArithmeticError, ValueError, OverflowError, MemoryError) as exc:  # fail closed
         eps, reason = math.inf, f"PLD failed: {exc}"
     return AccountingRecord(
-        quantity="epsilon", value=eps, mechanism="poisson_subsampled_gaussian_history", method="pld",
+        quantity="epsilon", value=eps, method="pld",
+        mechanism=dpsgd.MECHANISM if len(phases) == 1 else dpsgd.MECHANISM + "_history",
         inputs={"phases": [{"sampling_rate": q, "noise_multiplier": s, "steps": t} for q, s, t in phases],
                 "delta": delta},
         neighboring=event.relation.value,
