@@ -42,7 +42,7 @@ from privcheck.accounting.events import (
 )
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import InvalidParameter
-from privcheck.numerics.certified import Certified, float_up
+from privcheck.numerics.certified import float_up
 
 __all__ = ["METHODS", "epsilon", "epsilon_value"]
 
@@ -137,8 +137,8 @@ def _worst_case(event: PrivITPWorstCaseEvent) -> AccountingRecord:
         quantity="epsilon", value=total, mechanism="privitp", method="ex_post_worst_case",
         inputs={"lambda_tilde": event.lambda_tilde, "rounds": event.rounds, **_params_json(event.params)},
         neighboring=NeighboringRelation.SCORE_SENSITIVITY.value,
-        certified=Certified.from_bracket(total, total, "arb_sum_of_upper_bounds", 0),
-        details={"eps1": eps1.value, "phase2": phase2, "delta": event.params.delta, "ex_post": True},
+        details={"eps1": eps1.value, "phase2": phase2, "delta": event.params.delta, "ex_post": True,
+                 "bound": "certified upper bound: Arb sum of the certified upper ends, rounded up (no enclosure)"},
         wall_time_s=time.perf_counter() - start)
 
 

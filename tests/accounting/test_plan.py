@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import dp_accounting
 import pytest
+from dp_accounting.pld import PLDAccountant
 
 from privcheck.accounting import (
     DPGRPOPlan,
@@ -35,10 +37,19 @@ def test_plan_epsilon_is_the_event_epsilon(calibrated):
     assert claim["event"] == calibrated.event.to_json() and claim["neighboring"] == "add_remove"
 
 
+def _dp_accounting_epsilon(q, sigma, steps, delta):
+    """The independent oracle: dp-accounting's own PLDAccountant on its own event objects."""
+    accountant = PLDAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
+    return accountant.get_epsilon(delta)
+
+
 def test_uncalibrated_plan_reports_the_true_epsilon_of_its_parameters():
     plan = DPSGDPlan(noise_multiplier=0.7, **BASE)
     assert plan.calibration is None
-    assert plan.epsilon().value == pytest.approx(3.4459016748, abs=1e-6)  # the issue's measured PLD figure
+    assert plan.epsilon().value == pytest.approx(_dp_accounting_epsilon(0.5, 0.7, 2, 1 / 60), rel=1e-9)
+    assert plan.epsilon().value > 3.4                                      # far above the forged 0.001
 
 
 def test_forged_calibration_mapping_is_refused():
@@ -62,7 +73,9 @@ def test_foreign_calibration_is_refused(calibrated):
 def test_replace_never_keeps_a_stale_calibration(calibrated):
     longer = calibrated.replace(steps=40)
     assert longer.calibration is None and longer.target_epsilon is None
-    assert longer.epsilon().value == pytest.approx(14.11, abs=0.01)       # the issue's measured figure
+    assert longer.epsilon().value == pytest.approx(
+        _dp_accounting_epsilon(0.5, calibrated.noise_multiplier, 40, 1 / 60), rel=1e-9)
+    assert longer.epsilon().value > 14                                     # far above the stale 2.0
     same_event = calibrated.replace(clip_norm=4.0, records=12)             # ε depends on neither
     assert same_event.calibration is calibrated.calibration
     assert same_event.divisor == 0.5 * 12
