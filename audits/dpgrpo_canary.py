@@ -41,6 +41,7 @@ report) are public here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tempfile
@@ -68,14 +69,14 @@ from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
 
-__all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAME", "PLAN_SIMS",
-           "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME", "SEED_NAMESPACE",
-           "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary", "GradientAuditDesign", "GradientAuditResult",
-           "StepLLR", "analyse_log", "audit_config", "audit_plan", "audit_preset", "check_fresh_out", "check_seed",
-           "check_trainer_cls", "checked_privacy_claim", "design_gradient_audit", "dirac_canaries",
-           "epsilon_with_canaries", "membership_seed", "plan_params", "preregistered_report", "private_dir",
-           "reserved_coordinates", "resolve_preset", "run_gradient_canary_audit", "score_rounds", "split_log",
-           "write_audit_files"]
+__all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAME", "MODEL_WEIGHT_SUFFIXES",
+           "PLAN_SIMS", "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME",
+           "SEED_NAMESPACE", "TOKENIZER_FILES", "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary",
+           "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config", "audit_plan",
+           "audit_preset", "check_fresh_out", "check_seed", "check_trainer_cls", "checked_privacy_claim",
+           "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries", "local_audit_preset", "membership_seed",
+           "plan_params", "preregistered_report", "private_dir", "reserved_coordinates", "resolve_preset",
+           "run_gradient_canary_audit", "score_rounds", "split_log", "write_audit_files"]
 
 CANARY_TYPE = "gradient_dirac"
 SCORE_NAME = "whitebox_step_llr"
@@ -164,6 +165,120 @@ def resolve_preset(preset) -> AuditPreset:
     if not isinstance(preset, str) or preset not in AUDIT_PRESETS:
         raise InvalidParameter("preset", preset, "one of " + ", ".join(sorted(AUDIT_PRESETS)))
     return AUDIT_PRESETS[preset]()
+
+
+MODEL_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+
+
+def _model_dir(path) -> tuple[Path, dict]:
+    """A local transformers model directory: config.json (a JSON object with a model_type) and weight files."""
+    import json
+
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise InvalidParameter("model", path, "a local transformers model directory (save_pretrained)")
+    directory = Path(path)
+    config = directory / "config.json"
+    if not directory.is_dir() or not config.is_file():
+        raise InvalidParameter("model", str(path), "an existing local directory with config.json and weights "
+                                                   "(model.save_pretrained(dir); nothing is downloaded)")
+    if not any(f.suffix in MODEL_WEIGHT_SUFFIXES for f in directory.iterdir()):
+        raise InvalidParameter("model", str(path), "a directory holding *.safetensors or *.bin weights")
+    try:
+        cfg = json.loads(config.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        cfg = None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
+        raise InvalidParameter("model", str(config), "a config.json object with a model_type")
+    return directory, cfg
+
+
+def _tokenizer_dir(path) -> Path:
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise InvalidParameter("tokenizer", path, "a local transformers tokenizer directory (save_pretrained)")
+    directory = Path(path)
+    if not directory.is_dir() or not any((directory / f).is_file() for f in TOKENIZER_FILES):
+        raise InvalidParameter("tokenizer", str(path), "an existing local directory with one of "
+                                                       + ", ".join(TOKENIZER_FILES) + " (tokenizer.save_pretrained)")
+    return directory
+
+
+def _lora_targets(lora_targets, model_type: str) -> tuple[str, ...]:
+    if lora_targets is None:
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as defaults
+        found = defaults.get(model_type)
+        if not found:
+            raise InvalidParameter("lora_targets", None, f"module names to adapt (PEFT has no default for "
+                                                         f"model_type {model_type!r})")
+        return tuple(found)
+    if isinstance(lora_targets, str):
+        lora_targets = [t for t in lora_targets.split(",") if t.strip()]
+    targets = tuple(lora_targets) if isinstance(lora_targets, (list, tuple)) else ()
+    if not targets or not all(isinstance(t, str) and t.strip() for t in targets):
+        raise InvalidParameter("lora_targets", lora_targets, "a non-empty list of module names")
+    return tuple(t.strip() for t in targets)
+
+
+def local_audit_preset(model, tokenizer=None, *, base: str = "tiny-cpu", q: float = AUDIT_Q,
+                       lora_targets=None) -> AuditPreset:
+    """An AuditPreset for the user's own model: the causal LM saved in the local directory `model`
+    (`save_pretrained`; loaded with `local_files_only=True`, float32, nothing downloaded) and the tokenizer in
+    `tokenizer` (default: the same directory; PAD := EOS when it has none), with LoRA (the base preset's r, α and
+    dropout) on `lora_targets` (default: PEFT's targets for the model type). Task, records, verifier and mechanism
+    constants are those of `base`'s audit preset; there is no public pretraining (the model is audited as saved).
+    The tokenizer must encode the task's prompts (digits, '+', '='; `mechanisms.dpgrpo.models.hf_char_tokenizer`
+    saves one with the tiny model's ids). Paths and targets are checked here, before any work."""
+    from mechanisms.dpgrpo.run_inputs import file_sha256
+
+    model_dir, cfg = _model_dir(model)
+    tok_dir = model_dir if tokenizer is None else _tokenizer_dir(tokenizer)
+    if tokenizer is None:
+        _tokenizer_dir(model_dir)
+    targets = _lora_targets(lora_targets, cfg["model_type"])
+    ref = audit_preset(base, q=q)
+    from mechanisms.dpgrpo import presets
+    p = presets.get_preset(base)
+    kwargs = dict(ref.config_kwargs, lora_targets=targets)
+    weights = sorted(f for f in model_dir.iterdir() if f.suffix in MODEL_WEIGHT_SUFFIXES)
+    name = f"local:{model_dir.name}"
+    model_info = {"kind": "local", "model_type": cfg["model_type"], "files": [f.name for f in weights],
+                  "sha256": {f.name: file_sha256(f) for f in weights}}
+    source = {**ref.source, "preset": name, "base_preset": ref.name, "model": model_info,
+              "lora_targets": list(targets)}
+
+    def build_policy(seed: int):
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        if tok.eos_token_id is None:
+            raise InvalidParameter("tokenizer", str(tok_dir), "a tokenizer with an EOS token")
+        with torch.random.fork_rng(devices=[]):
+            base_model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32)
+            base_model = base_model.eval().requires_grad_(False)
+            rows = base_model.get_input_embeddings().weight.shape[0]
+            if len(tok) > rows:
+                raise InvalidParameter("tokenizer", f"{len(tok)} tokens", f"at most the model's {rows} embedding rows")
+            names = [n for n, _ in base_model.named_modules()]
+            missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+            if missing:        # PEFT accepts a list of which only some names match; the audit does not
+                raise InvalidParameter("lora_targets", missing, "module names of the model (e.g. "
+                                       + ", ".join(sorted({n.rsplit(".", 1)[-1] for n in names if n})[:8]) + ")")
+            torch.manual_seed(p.init_seed + seed + 1)
+            lora = LoraConfig(r=p.model.lora_r, lora_alpha=p.model.lora_alpha, lora_dropout=p.lora_dropout,
+                              target_modules=list(targets), bias="none", init_lora_weights=True,
+                              fan_in_fan_out=cfg["model_type"] == "gpt2")       # GPT-2 stores Conv1D weights
+            try:
+                policy = get_peft_model(base_model, lora).eval()
+            except ValueError as exc:                  # PEFT: a target module is not in the model
+                raise InvalidParameter("lora_targets", list(targets), f"module names of the model ({exc})") from None
+        return policy, tok
+
+    return dataclasses.replace(ref, name=name, config_kwargs=kwargs, build_policy=build_policy,
+                               source=source)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

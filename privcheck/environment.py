@@ -13,7 +13,8 @@ __all__ = ["NUMERIC_PACKAGES", "OPTIONAL_PACKAGES", "environment", "git_commit",
            "package_version"]
 
 NUMERIC_PACKAGES = ("privcheck", "dp-accounting", "python-flint", "mpmath", "numpy", "scipy", "jsonschema")
-OPTIONAL_PACKAGES = ("torch", "transformers", "peft", "matplotlib", "hypothesis")
+OPTIONAL_PACKAGES = ("torch", "transformers", "peft", "matplotlib", "hypothesis", "opacus", "trl", "accelerate",
+                     "datasets")
 
 
 def package_version(name: str) -> str | None:

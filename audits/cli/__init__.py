@@ -1,6 +1,7 @@
 """`privcheck audit ...` subcommands contributed by `audits` (entry point `privcheck.commands`: `audits.cli:register`).
 
-The one CLI home of the package. Commands: `one-run`, `clopper-pearson`, `gdp`, `fdp-one-run` (here), `power`
+The one CLI home of the package. Commands: `one-run` (from counts, or `--scores FILE`: a scores file of
+`audits.scores_file`), `clopper-pearson`, `gdp`, `fdp-one-run` (here), `power`
 (`audits.cli.power`), `selection` and `dp-grpo` (registered from `audits.cli.selection` and `audits.cli.dpgrpo`).
 Each audit command prints a table, or with `--json` one JSON object: the audit report with the command's headline
 keys copied to the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed
@@ -18,8 +19,18 @@ def register(verbs: dict, common) -> None:
     """Add the `audit` verb's commands."""
     audit = verbs["audit"]
     o = audit.add_parser("one-run", parents=[common],
-                         help="one-run canary audit from counts (Steinke, Nasr & Jagielski): ε lower bound")
-    _counts(o)
+                         help="one-run canary audit (Steinke, Nasr & Jagielski) from counts or from a scores file "
+                              "(--scores): ε lower bound")
+    _counts(o, required=False)
+    o.add_argument("--scores", default=None, metavar="FILE",
+                   help="scores file (.csv or .npz: canary scores, revealed membership, its commitment and salt; "
+                        "docs/audit_your_model.md) instead of --canaries/--guesses/--correct")
+    o.add_argument("--k-plus", type=integer, default=None,
+                   help="with --scores: k₊, top-ranked canaries guessed included (default: the file's "
+                        "preregistration)")
+    o.add_argument("--k-minus", type=integer, default=None,
+                   help="with --scores: k₋, bottom-ranked canaries guessed left out (default: the preregistration's, "
+                        "else 0)")
     _level(o)
     o.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
     _out(o)
@@ -59,10 +70,10 @@ def register(verbs: dict, common) -> None:
     add_dpgrpo_parser(audit, common)
 
 
-def _counts(p) -> None:
-    p.add_argument("--canaries", type=integer, required=True, help="m, number of randomised canaries")
-    p.add_argument("--guesses", type=integer, required=True, help="r, number of non-abstaining guesses (<= m)")
-    p.add_argument("--correct", type=integer, required=True, help="v, number of correct guesses (<= r)")
+def _counts(p, required: bool = True) -> None:
+    p.add_argument("--canaries", type=integer, required=required, help="m, number of randomised canaries")
+    p.add_argument("--guesses", type=integer, required=required, help="r, number of non-abstaining guesses (<= m)")
+    p.add_argument("--correct", type=integer, required=required, help="v, number of correct guesses (<= r)")
 
 
 def _runs(p) -> None:
@@ -106,12 +117,33 @@ def _ceiling_rows(rep) -> list:
     return [("ceiling (perfect guessing)", rep.power["eps_ceiling"])]
 
 
+def _one_run_inputs(args) -> None:
+    """Counts xor a scores file; k₊/k₋ only with a scores file (InvalidParameter before any work)."""
+    from privcheck.errors import InvalidParameter
+
+    counts = {"canaries": args.canaries, "guesses": args.guesses, "correct": args.correct}
+    if args.scores is not None:
+        for name, value in counts.items():
+            if value is not None:
+                raise InvalidParameter(name, value, "not given together with --scores")
+        return
+    for name, value in counts.items():
+        if value is None:
+            raise InvalidParameter(name, None, "required (or give --scores FILE)")
+    for name in ("k_plus", "k_minus"):
+        if getattr(args, name) is not None:
+            raise InvalidParameter(name, getattr(args, name), "only with --scores FILE")
+
+
 def cmd_one_run(args) -> int:
     from audits.one_run import from_counts
     from audits.report import check_out_dir
 
+    _one_run_inputs(args)
     if args.out is not None:
         check_out_dir(args.out)
+    if args.scores is not None:
+        return _one_run_scores(args)
     rep = from_counts(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence,
                       eps_nominal=args.epsilon_nominal)
     r = rep.result
@@ -123,6 +155,27 @@ def cmd_one_run(args) -> int:
                  ("min correct for nominal", _or_none(rep.power["min_correct_for_nominal"],
                                                       "none (even v = r cannot reach it)"))]
     rows += _ceiling_rows(rep)
+    if r["search_capped"]:
+        rows.append(("search_capped", True))
+    return _emit(args, rep, rows)
+
+
+def _one_run_scores(args) -> int:
+    from audits.scores_file import audit_scores_file
+
+    rep = audit_scores_file(args.scores, delta=args.delta, confidence=args.confidence, k_plus=args.k_plus,
+                            k_minus=args.k_minus, eps_nominal=args.epsilon_nominal)
+    r, g, c = rep.result, rep.guessing, rep.canaries
+    rows = [("eps_lower", r["eps_lower"]),
+            ("canaries / guesses / correct", f"{c['m']} / {r['guesses']} / {r['correct']}"),
+            ("k_plus / k_minus", f"{g['k_plus']} / {g['k_minus']}"),
+            ("included / left out", f"{c['n_in']} / {c['n_out']}"),
+            ("membership commitment", f"{c['membership_commitment']} (verified)"),
+            ("preregistration", _or_none(g["preregistration"], "none")),
+            ("confidence", args.confidence), ("delta", args.delta)]
+    if args.epsilon_nominal is not None:
+        rows += [("p_value_at_nominal", r["p_value_at_nominal"]), ("rejects_nominal", r["rejects_nominal"])]
+    rows += _ceiling_rows(rep) + [("auroc (diagnostic)", rep.diagnostics["auroc"])]
     if r["search_capped"]:
         rows.append(("search_capped", True))
     return _emit(args, rep, rows)

@@ -1,7 +1,12 @@
 """`privcheck audit dp-grpo`: the one-run canary audit of DP-GRPO (docs/audits.md, "Auditing DP-GRPO in one run").
 
-    privcheck audit dp-grpo --preset NAME --canaries M --out DIR [--canary-type gradient_dirac|input_binary]
-        [--seed S] [--rounds T] [--q Q] [--confidence C] [--json]
+    privcheck audit dp-grpo [--preset NAME] [--model DIR [--tokenizer DIR] [--lora-targets A,B]] --canaries M
+        --out DIR [--canary-type gradient_dirac|input_binary] [--seed S] [--rounds T] [--q Q] [--confidence C]
+        [--json]
+
+`--model DIR` audits the user's own causal LM (a local transformers directory, `local_files_only`; the tokenizer
+from `--tokenizer DIR`, default the same directory) on the preset's task and mechanism constants, without the
+preset's public pretraining (`audits.dpgrpo_canary.local_audit_preset`; docs/audit_your_model.md).
 
 `--canary-type gradient_dirac` (default): added gradient-space Dirac canaries with white-box per-step LLR scores
 (audits.dpgrpo_canary). `input_binary`: added input-space binary canaries scored by the log-odds of their secret
@@ -30,7 +35,7 @@ import numpy as np
 from privcheck.cli_args import integer, number
 
 __all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "add_dpgrpo_parser", "cmd_audit_dpgrpo",
-           "scores_png", "write_plots"]
+           "preset_from_args", "scores_png", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
 BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
@@ -44,7 +49,15 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
     p = audit_subparsers.add_parser(
         "dp-grpo", parents=[common],
         help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
-    p.add_argument("--preset", required=True, help="audit preset: " + ", ".join(sorted(AUDIT_PRESETS)))
+    p.add_argument("--preset", default="tiny-cpu",
+                   help="audit preset (task, records and mechanism constants; with --model, the model is yours): "
+                        + ", ".join(sorted(AUDIT_PRESETS)) + " (default tiny-cpu)")
+    p.add_argument("--model", default=None, metavar="PATH",
+                   help="your causal LM: a local transformers directory (save_pretrained; nothing is downloaded)")
+    p.add_argument("--tokenizer", default=None, metavar="PATH",
+                   help="with --model: a local transformers tokenizer directory (default: the --model directory)")
+    p.add_argument("--lora-targets", default=None, metavar="NAMES",
+                   help="with --model: comma-separated module names for LoRA (default: PEFT's for the model type)")
     p.add_argument("--canaries", type=integer, required=True,
                    help="m, canaries added as extra slots (>= 1; >= 2 for input_binary)")
     p.add_argument("--canary-type", default=CANARY_TYPES[0],
@@ -71,13 +84,27 @@ def _audit_function(canary_type):
     raise InvalidParameter("canary_type", canary_type, " or ".join(CANARY_TYPES))
 
 
+def preset_from_args(args):
+    """The registered preset's name, or with --model an AuditPreset for the user's local model (paths checked)."""
+    from privcheck.errors import InvalidParameter
+
+    model = getattr(args, "model", None)
+    if model is None:
+        for name in ("tokenizer", "lora_targets"):
+            if getattr(args, name, None) is not None:
+                raise InvalidParameter(name, getattr(args, name), "only with --model PATH")
+        return args.preset
+    from audits.dpgrpo_canary import local_audit_preset
+    return local_audit_preset(model, args.tokenizer, base=args.preset, lora_targets=args.lora_targets)
+
+
 def cmd_audit_dpgrpo(args) -> int:
     from privcheck.cli import emit
 
     start = time.perf_counter()
     canary_type = getattr(args, "canary_type", CANARY_TYPES[0])
     run_audit = _audit_function(canary_type)
-    res = run_audit(preset=args.preset, canaries=args.canaries, out_dir=args.out, seed=args.seed,
+    res = run_audit(preset=preset_from_args(args), canaries=args.canaries, out_dir=args.out, seed=args.seed,
                     rounds=args.rounds, q=args.q, confidence=args.confidence)
     plots = write_plots(res, args.out)
     runtime = time.perf_counter() - start

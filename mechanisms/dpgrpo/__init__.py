@@ -38,11 +38,13 @@ Modules: `core` (pure tensor functions), `records` (Record, SlotUniverse, Rollou
 `tasks` (addition task, verifier, character tokenizer), `models` (tiny GPT-2 / tiny Qwen2 + LoRA builders),
 `config` (DPGRPOConfig and its privacy plan), `randomness` (TorchRandomness, the torch backend of
 `privcheck.randomness.RandomnessPolicy`), `rollouts` (isolated, batched, replay), `record_grads` (arms),
-`trainer` (DPTrainer), `verify` (bindings for the checks V1–V13, the `dpgrpo` suite), `audit_hooks` (canary
-slots' reserved-coordinate log), `timing` (private/non-private round time on public records), `presets`,
-`pretrain`, `evaluation`; end-to-end runs: `run_setup` (validated inputs), `run_inputs` (models, prompts,
-records, hashes), `run_arm` (one arm), `run_artifact` (the run artifact), `run_compare` (compare artifact,
-report, plots), `run` (the entry point); `cli` (`privcheck run dp-grpo`).
+`trainer` (DPTrainer), `verify` (bindings for the training checks, the `dpgrpo` suite), `fixtures` (the suite's
+float64 and preflight fixtures), `whole_step` (whole-step bindings of DPTrainer, docs/whole_step.md), `trl`
+(`DPGRPOTrainer` inside TRL, docs/integrations/trl.md; imported on demand, never by the package, because it
+imports trl), `audit_hooks` (canary slots' reserved-coordinate log), `timing` (private/non-private round time
+on public records), `presets`, `pretrain`, `evaluation`; end-to-end runs: `run_setup` (validated inputs),
+`run_inputs` (models, prompts, records, hashes), `run_arm` (one arm), `run_artifact` (the run artifact),
+`run_compare` (compare artifact, report, plots), `run` (the entry point); `cli` (`privcheck run dp-grpo`).
 """
 
 from mechanisms.dpgrpo.config import DPGRPOConfig

@@ -16,25 +16,20 @@ records on the reserved coordinates.
 With `mask_reserved_for_real_records=True`, real records' gradients are zeroed on J before clipping (a fixed
 per-record map, Corollary 2); canary records are never masked.
 
-The log is created with mode 0600 (O_CREAT | O_APPEND | O_NOFOLLOW, then fchmod) and each line is one
-`os.write` on an append-mode descriptor, so concurrent lines are not interleaved. Non-finite floats are
-written as the strings "nan", "inf", "-inf".
+The log is written by `privcheck.integrations.auditor_log` (mode 0600, one append-mode write per line, so
+concurrent lines are not interleaved; non-finite floats as the strings "nan", "inf", "-inf").
 """
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 
 import torch
 
 from privcheck.errors import InvalidParameter
-from privcheck.serialization import jsonable
+from privcheck.integrations.auditor_log import LOG_MODE, append_line, read_log
 
 __all__ = ["LOG_MODE", "AuditHooks", "read_log"]
-
-LOG_MODE = 0o600
 
 
 class AuditHooks:
@@ -79,21 +74,7 @@ class AuditHooks:
     # ---------------------------------------------------------------------------------- private log
 
     def _append(self, obj: dict) -> None:
-        line = (json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.log_path, flags, LOG_MODE)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise InvalidParameter("log_path", self.log_path, "a regular file")
-            if stat.S_IMODE(st.st_mode) != LOG_MODE:
-                os.fchmod(fd, LOG_MODE)
-            view = memoryview(line)
-            while view:
-                k = os.write(fd, view)
-                view = view[k:]
-        finally:
-            os.close(fd)
+        append_line(self.log_path, obj)
 
     def log_round(self, t: int, g_hat: torch.Tensor, sigma_C: float, divisor: float) -> dict:
         """Append U_t[J] = ĝ_t[J]·divisor (= S_t[J] + z_t[J]) with σ·C, the divisor and the round index."""
@@ -109,8 +90,3 @@ class AuditHooks:
         self._append(rec)
         return rec
 
-
-def read_log(path) -> list[dict]:
-    """The auditor's reader: the log's JSON lines, in order."""
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]

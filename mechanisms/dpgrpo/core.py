@@ -18,7 +18,7 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["DEFAULT_C_ADV", "ParamSpace", "clip_flat", "completion_mask", "flatten_grads", "group_advantages", "k3_kl",
-           "poisson_coins", "privatize", "prompt_loss", "unflatten_into"]
+           "poisson_coins", "privatize", "prompt_loss", "public_step_entry", "unflatten_into"]
 
 DEFAULT_C_ADV = 1e-4  # c of eq. (2)
 
@@ -290,3 +290,13 @@ def privatize(S, sigma, C, q, n, generator: torch.Generator, *, nonprivate: bool
         return S / divisor
     z = torch.randn(S.shape, generator=generator, dtype=S.dtype, device=S.device) * (sigma * C)
     return (S + z) / divisor
+
+
+def public_step_entry(t: int, optimizer, params, before, g_hat, applied: bool) -> dict:
+    """One round's public telemetry: functions of ĝ_t, θ and public settings only (the step index, the optimizer's
+    learning rate, ‖ĝ_t‖, ‖θ_t − θ_{t−1}‖ and whether a non-finite ĝ_t was skipped)."""
+    with torch.no_grad():
+        delta = math.sqrt(sum(float(((p.detach() - b).double() ** 2).sum()) for p, b in zip(params, before)))
+        update_norm = float(torch.linalg.vector_norm(g_hat.detach().double()))
+    return {"t": t, "lr": optimizer.param_groups[0]["lr"], "update_norm": update_norm, "param_delta_norm": delta,
+            "skipped_nonfinite_update": not applied}

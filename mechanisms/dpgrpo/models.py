@@ -18,7 +18,7 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["LORA_TARGETS", "QWEN2_LORA_TARGETS", "build_tiny_base", "build_tiny_policy", "build_tiny_qwen2_policy",
-           "perturb_lora_", "tiny_config", "tiny_qwen2_config"]
+           "hf_char_tokenizer", "perturb_lora_", "tiny_config", "tiny_qwen2_config"]
 
 LORA_TARGETS = ("attn.c_attn", "attn.c_proj")
 QWEN2_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -67,6 +67,22 @@ def build_tiny_policy(seed, dtype=torch.float32, *, r=4, alpha=8, lora_dropout=0
         torch.manual_seed(seed + 1)
         model = get_peft_model(base, cfg)
     return model.to(dtype).eval()
+
+
+def hf_char_tokenizer(chars: str = "0123456789+="):
+    """`CharTokenizer(chars)` as a transformers fast tokenizer (same ids: 0 = PAD, 1 = EOS, then one per character),
+    built locally with the `tokenizers` library, so it can be written with `save_pretrained` and read back with
+    `AutoTokenizer.from_pretrained(dir, local_files_only=True)` (CharTokenizer itself has no file format)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    char_tok = CharTokenizer(chars)                      # validates `chars`
+    vocab = {token: i for i, token in enumerate(char_tok.vocab)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")    # one token per character
+    backend.decoder = decoders.Fuse()                                                  # join without spaces
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=CharTokenizer.PAD,
+                                   eos_token=CharTokenizer.EOS)
 
 
 @torch.no_grad()

@@ -12,6 +12,7 @@
     privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
     apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
     noisy_update(items)       privatize(clipped_sum(items))
+    add_update_hook(fn)       fn(ĝ) applied in step() right after privatize (whole-step checks, docs/whole_step.md)
 
 Public telemetry (per step) holds only functions of ĝ_t, θ and public inputs. Private telemetry (batch size,
 rewards, verifier failures, pre-clip norms, clip fraction, non-finite counts, losses) is kept in memory in
@@ -150,6 +151,7 @@ class DPTrainer:
         self.public_telemetry: list[dict] = []
         self.private_telemetry: list[dict] = []
         self.scratch: dict = self.new_scratch()
+        self._update_hooks: list = []
 
     # ---------------------------------------------------------------------------- public facts
 
@@ -361,6 +363,30 @@ class DPTrainer:
         self.space.zero_grad()
         return finite
 
+    def add_update_hook(self, fn):
+        """Register `fn(g_hat) -> Tensor | None`, applied in `step()` to the flat ĝ right after `privatize`
+        (line 8), before the audit log, the telemetry and `apply_update` read it; None keeps ĝ unchanged. Used by
+        the whole-step checks (docs/whole_step.md) to observe and fix ĝ. Returns a function that removes it."""
+        if not callable(fn):
+            raise InvalidParameter("fn", fn, "a callable g_hat -> Tensor | None")
+        self._update_hooks.append(fn)
+
+        def remove() -> None:
+            if fn in self._update_hooks:
+                self._update_hooks.remove(fn)
+        return remove
+
+    def _run_update_hooks(self, g_hat):
+        for fn in list(self._update_hooks):
+            out = fn(g_hat)
+            if out is None:
+                continue
+            if not isinstance(out, torch.Tensor) or out.shape != g_hat.shape:
+                raise InvalidParameter("update hook result", getattr(out, "shape", out),
+                                       f"None or a tensor of shape {tuple(g_hat.shape)}")
+            g_hat = out
+        return g_hat
+
     def step(self) -> dict:
         """One round of Algorithm 1; returns this round's public telemetry entry."""
         self.scratch = self.new_scratch()
@@ -375,17 +401,13 @@ class DPTrainer:
             g_hat = self.noisy_update(list(zip(records, groups)))               # lines 6–8
         finally:
             self._round_slots = None
+        g_hat = self._run_update_hooks(g_hat)
         if self.audit_hooks is not None:
             self._audit_log(self.t + 1, g_hat, batch, groups)
         before = [p.detach().clone() for p in self.space.params]
         applied = self.apply_update(g_hat)                                      # line 9
         self.t += 1
-        with torch.no_grad():
-            delta = math.sqrt(sum(float(((p.detach() - b).double() ** 2).sum())
-                                  for p, b in zip(self.space.params, before)))
-            update_norm = float(torch.linalg.vector_norm(g_hat.detach().double()))
-        entry = {"t": self.t, "lr": self.optimizer.param_groups[0]["lr"], "update_norm": update_norm,
-                 "param_delta_norm": delta, "skipped_nonfinite_update": not applied}
+        entry = core.public_step_entry(self.t, self.optimizer, self.space.params, before, g_hat, applied)
         self.public_telemetry.append(entry)
         sc = self.scratch
         norms = sc["pre_clip_norms"]

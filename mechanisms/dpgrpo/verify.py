@@ -13,12 +13,14 @@ V1 checks the loss of the trainer's gradient path: `core.prompt_loss` (what the 
 LoRA r = 4, α = 8, dropout 0, moved off the reference by N(0, 0.02²), and `Replay` rollouts of the addition task.
 `reference_setup(seed, trainer_cls)` builds a trainer on it with its bindings. `preflight_fixture(precision)` /
 `preflight_setup(precision, seed, trainer_cls)` do the same for V13 on the tiny Qwen2 (2 layers, hidden 64,
-4 heads, 2 KV heads, dropout 0) with a float32 or bfloat16 base and float32 LoRA. `run_suite(seed)` runs V1–V12
-in float64 and V13 at float32 and bfloat16, and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`)
-in which every result carries its precision.
+4 heads, 2 KV heads, dropout 0) with a float32 or bfloat16 base and float32 LoRA. `run_suite(seed)` runs the
+catalogue (`privcheck.checks.training.CHECKS`) and the self-check V12 in float64, V13 at float32 and bfloat16,
+and returns a `SuiteResult` (entry point `privcheck.suites: dpgrpo`) in which every result carries its precision.
 
-The accountant bindings of V12 (`epsilon_pld`, `epsilon_rdp`, `calibrate_sigma`) go through the privacy plan, the
-path every configuration takes: `plan_epsilon` is `DPGRPOPlan(...).epsilon()`, `plan_epsilon_rdp` the plan's
+`accountant_agreement` compares the ε the trainer reports (`trainer.privacy_claim["epsilon"]`) for its plan's
+event and δ (`accountant_event`, `delta`, `user_epsilon`) with privcheck's PLD. The accountant bindings of the
+self-check V12 (`epsilon_pld`, `epsilon_rdp`, `calibrate_sigma`) go through the privacy plan, the path every
+configuration takes: `plan_epsilon` is `DPGRPOPlan(...).epsilon()`, `plan_epsilon_rdp` the plan's
 event under `privcheck.accounting.epsilon(..., method="rdp")`, and `plan_calibration` is
 `DPGRPOPlan.from_target(...).calibration`. The suite's privacy claim (`fixture_claim`) is the fixture
 configuration's `plan.claim()`.
@@ -26,15 +28,17 @@ configuration's `plan.claim()`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import random
 
 import torch
 
 from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo.fixtures import PREFLIGHT_BASE_DTYPES, preflight_fixture, reference_fixture, replay_groups
 from mechanisms.dpgrpo.randomness import make_randomness
 from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
 from mechanisms.dpgrpo.rollouts import make_group, token_logprobs
+from mechanisms.dpgrpo.whole_step import whole_step_bindings
 from privcheck.errors import InvalidParameter
 
 __all__ = ["BINDING_NAMES", "PREFLIGHT", "PREFLIGHT_BASE_DTYPES", "PREFLIGHT_V3", "REFERENCE", "RandomnessHandle",
@@ -318,6 +322,15 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
             return item
         return (rec, perturb_group(trainer.tokenizer, group, cfg.L_max))
 
+    # accountant_agreement: the ε the trainer itself reports (its privacy claim, computed through its plan) for
+    # the trainer's own event and δ; the non-private arm has no plan and leaves the check skipped.
+    plan = trainer.plan
+    accountant_event = plan.event if plan is not None else None
+    accountant_delta = plan.delta if plan is not None else None
+
+    def user_epsilon():
+        return trainer.privacy_claim["epsilon"]
+
     logprob_cases = None
     if items:
         logprob_cases = [(trainer.ctx.prompt_ids(r), g.token_ids) for r, g in
@@ -336,83 +349,12 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
         reference_record_gradient=reference_record_gradient, chunk_item=chunk_item,
         initial_params=initial if upd else None, model=trainer.model, logprob_cases=logprob_cases,
         C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=trainer.space.dim, G=cfg.G, beta=cfg.beta,
+        accountant_event=accountant_event, delta=accountant_delta,
+        user_epsilon=user_epsilon if plan is not None else None,
         target=f"{type(trainer).__module__}.{type(trainer).__qualname__}")
 
 
 # ------------------------------------------------------------------------------- fixtures
-
-def replay_groups(tokenizer, records, G, L_max, seed) -> list[RolloutGroup]:
-    """Deterministic completions per record (a mix of correct answers, wrong answers and EOS-less digit
-    runs, lengths varied), from `random.Random(seed)` — public fixture data for Replay."""
-    rng = random.Random(seed)
-    out = []
-    for rec in records:
-        texts, eos = [], []
-        for g in range(G):
-            kind = rng.randrange(3)
-            if kind == 0:
-                text, ends = rec.answer, True
-            elif kind == 1:
-                text, ends = str(rng.randrange(0, 99)), True
-            else:
-                text, ends = "".join(rng.choice("0123456789+=") for _ in range(L_max)), False
-            texts.append(text)
-            eos.append(ends)
-        if not any(t == rec.answer for t in texts):
-            texts[0], eos[0] = rec.answer, True  # groups have reward variance
-        out.append(make_group(tokenizer, texts, L_max, eos=eos))
-    return out
-
-
-def _replay_fixture(model, tok, *, n_records, G, L_max, seed, lora_std):
-    from mechanisms.dpgrpo.models import perturb_lora_
-    from mechanisms.dpgrpo.rollouts import Replay
-    from mechanisms.dpgrpo.tasks import addition_records
-
-    perturb_lora_(model, lora_std, seed + 7)  # π_θ ≠ π_ref, else the KL gradient is exactly zero
-    records = addition_records(n_records, seed)
-    groups = replay_groups(tok, records, G, L_max, seed + 11)
-    return model, tok, records, Replay(list(zip(records, groups)))
-
-
-def reference_fixture(*, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
-    """(model, tokenizer, records, Replay backend) in float64, LoRA off the reference."""
-    from mechanisms.dpgrpo.models import build_tiny_policy
-    from mechanisms.dpgrpo.tasks import CharTokenizer
-
-    if n_records < 1:
-        raise InvalidParameter("n_records", n_records, "an integer >= 1")
-    tok = CharTokenizer()
-    model = build_tiny_policy(seed, torch.float64, r=4, alpha=8, lora_dropout=0.0, tokenizer=tok)
-    # GPT2Config carries summary_first_dropout = 0.1 (used only by sequence-summary heads, not by the LM head);
-    # The float64 checks need every dropout probability to be 0, and their dropout guard reads the config.
-    base_cfg = getattr(model, "config", None)
-    if base_cfg is not None and getattr(base_cfg, "summary_first_dropout", 0) != 0:
-        base_cfg.summary_first_dropout = 0.0
-    return _replay_fixture(model, tok, n_records=n_records, G=G, L_max=L_max, seed=seed, lora_std=lora_std)
-
-
-# Base dtype of the tiny Qwen2 per preflight precision; LoRA, gradients, clip and noise stay float32 (V13).
-PREFLIGHT_BASE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def preflight_fixture(precision: str, *, n_records=8, G=4, L_max=6, seed=0, lora_std=0.02):
-    """(model, tokenizer, records, Replay backend) for V13: a tiny Qwen2 (2 layers, hidden 64, 4 heads,
-    2 KV heads, every dropout 0) with its base in `precision` ("float32" or "bfloat16") and float32 LoRA
-    (r = 4, α = 8, dropout 0) moved off the reference by N(0, lora_std²); Replay rollouts as in the float64
-    fixture."""
-    from mechanisms.dpgrpo.models import build_tiny_qwen2_policy
-    from mechanisms.dpgrpo.tasks import CharTokenizer
-
-    if precision not in PREFLIGHT_BASE_DTYPES:
-        raise InvalidParameter("precision", precision, f"one of {tuple(PREFLIGHT_BASE_DTYPES)}")
-    if n_records < 1:
-        raise InvalidParameter("n_records", n_records, "an integer >= 1")
-    tok = CharTokenizer()
-    model = build_tiny_qwen2_policy(seed, PREFLIGHT_BASE_DTYPES[precision], r=4, alpha=8, lora_dropout=0.0,
-                                    tokenizer=tok)
-    return _replay_fixture(model, tok, n_records=n_records, G=G, L_max=L_max, seed=seed, lora_std=lora_std)
-
 
 # ------------------------------------------------------------------------------- setups and suite
 
@@ -535,10 +477,13 @@ def run_preflight(seed: int = 0, precisions=("float32", "bfloat16"), trainer_cls
 
 
 def run_suite(seed: int | None = None):
-    """Build the float64 reference fixture (seed 0 by default), bind the production `DPTrainer`, run V1–V12
-    (`privcheck.checks.training.run_suite`, precision float64), then V13 (`run_preflight`: float32 and bfloat16
-    CheckResults, named `precision_preflight.<precision>.<check>`) and return a `SuiteResult` named "dpgrpo"."""
+    """Build the float64 reference fixture (seed 0 by default), bind the production `DPTrainer` (with the
+    whole-step bindings of `mechanisms.dpgrpo.whole_step`), run the catalogue `CHECKS` and then the self-check
+    V12 `accountant_reference` (`privcheck.checks.training.run_suite`, precision float64), then V13
+    (`run_preflight`: float32 and bfloat16 CheckResults, named `precision_preflight.<precision>.<check>`) and
+    return a `SuiteResult` named "dpgrpo"."""
     from privcheck.artifacts.records import SuiteResult
+    from privcheck.checks.training import CHECKS, SELF_CHECKS
     from privcheck.checks.training import run_suite as run_checks
 
     seed = 0 if seed is None else seed
@@ -548,7 +493,10 @@ def run_suite(seed: int | None = None):
     torch.use_deterministic_algorithms(True)
     try:
         trainer, bindings = reference_setup(seed)
-        checks = run_checks(bindings, precision="float64")
+        # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py)
+        bindings = dataclasses.replace(bindings, whole_step=whole_step_bindings(seed=seed), precision="float64")
+        # the user-facing catalogue, then privcheck's self-check of its own accountant (V12, Table VI)
+        checks = run_checks(bindings, precision="float64", checks=[*CHECKS, *SELF_CHECKS])
         checks += run_preflight(seed)
         claims = [fixture_claim(trainer.config)]
     finally:

@@ -1,13 +1,11 @@
-"""The dpgrpo checks V1–V12: pass on the reference binding, fail on each binding-level broken variant, skip on
-missing bindings, report errors for raising callables, and refuse models with dropout; and the pytest plugin
-(`pytest --privcheck`, registered through the `pytest11` entry point). The trainer-level bug zoo is in
-tests/bug_zoo/test_dpgrpo_zoo.py."""
+"""The record-level checks V1–V12: pass on the reference binding, fail on each binding-level broken variant, skip
+on missing bindings, report errors for raising callables, and refuse models with dropout. The catalogue, the
+precision settings and `accountant_agreement` are in test_catalogue.py, the pytest plugin in test_pytest_plugin.py,
+the trainer-level bug zoo in tests/bug_zoo/test_dpgrpo_zoo.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,21 +51,30 @@ def _run(check, b, **kw):
 
 # ------------------------------------------------------------------------------- correct binding passes
 
-@pytest.mark.parametrize("name", [n for n in training.CHECKS if n != "accountant_reference"])
+# the record-level checks the reference binding exercises (it binds no accountant_event and no whole step)
+RECORD_LEVEL = [n for n in training.CHECKS if n != "accountant_agreement" and n not in training.WHOLE_STEP_CHECKS]
+
+
+@pytest.mark.parametrize("name", RECORD_LEVEL)
 def test_reference_binding_passes(suite_results, name):
     (r,) = [r for r in suite_results if r.name == name]
     assert r.suite == "dpgrpo" and r.precision == "float64" and r.reference
     assert r.status == "pass" and r.passed, r.message
 
 
+def by_name(results, name):
+    (r,) = [r for r in results if r.name == name]
+    return r
+
+
 def test_reference_v1_compares_logprobs_and_all_parts(suite_results):
-    r = suite_results[0]
+    r = by_name(suite_results, "loss_reference")
     assert r.observed["max_abs_diff_logprobs"] is not None
     assert r.observed["max_abs_diff_value"] <= 1e-12
 
 
 def test_reference_v3_runs_all_three_clip_norms(suite_results):
-    r = suite_results[2]
+    r = by_name(suite_results, "sensitivity_add_remove")
     assert set(r.observed["per_C"]) == {"C=0.7", "C_bind", "C_mix"}
     assert r.observed["n_trials"] == 3 * (20 + 20 + 1 + 5)
 
@@ -98,7 +105,8 @@ def test_v12_calibration_eps1_row(reference):
 def test_run_suite_in_order(suite_results):
     results = suite_results
     assert [r.name for r in results] == list(training.CHECKS)
-    assert [r.status for r in results] == ["pass"] * 11 + ["skipped"]
+    assert [r.status for r in results] == ["pass" if r.name in RECORD_LEVEL else "skipped" for r in results]
+    assert all(r.precision == "float64" for r in results)
 
 
 # ------------------------------------------------------------------------------------------- bug zoo
@@ -165,9 +173,12 @@ def test_wrong_accountant_fails_v12(reference):
 
 # ------------------------------------------------------------------------------- skipped, error, dropout
 
-@pytest.mark.parametrize("name", list(training.CHECKS))
+ALL_CHECKS = {**training.CHECKS, **training.SELF_CHECKS}
+
+
+@pytest.mark.parametrize("name", list(ALL_CHECKS))
 def test_missing_bindings_skip_never_pass(name):
-    r = _run(training.CHECKS[name], SuiteBindings())
+    r = _run(ALL_CHECKS[name], SuiteBindings())
     assert r.status == "skipped" and not r.passed
     assert "missing binding" in r.message
 
@@ -182,10 +193,12 @@ def _boom(*args, **kwargs):
     ("record_isolation", "record_gradient"), ("constant_reward_groups", "record_gradient"),
     ("chunk_identity", "record_loss_and_grad"), ("public_normalisation", "noisy_update"),
     ("noise_calibration", "privatize"), ("fresh_randomness", "make_randomness"),
-    ("accountant_reference", "epsilon_pld")])
+    ("accountant_reference", "epsilon_pld"), ("accountant_agreement", "user_epsilon")])
 def test_raising_callable_is_error(reference, name, field):
     b = dataclasses.replace(reference, **{field: _boom})
-    r = _run(training.CHECKS[name], b)
+    if name == "accountant_agreement":
+        b = dataclasses.replace(b, accountant_event=acc.PoissonGaussianEvent(0.25, 1.0, 10), delta=1e-5)
+    r = _run(ALL_CHECKS[name], b)
     assert r.status == "error" and not r.passed
     assert "boom from the binding" in r.message
 
@@ -217,102 +230,3 @@ def test_checks_import_without_torch():
             "r = d.check_clip_contract(d.SuiteBindings()); assert r.status == 'skipped', r\n"
             "assert 'torch' not in sys.modules, 'privcheck.checks.training imported torch eagerly'\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
-
-
-# ------------------------------------------------------------------------------------------ pytest plugin
-# A user's project: a rootdir conftest.py returning SuiteBindings, and `pytest --privcheck` (the plugin comes from
-# the installed `pytest11` entry point, no `-p`). Cheap bindings (a clip only) keep each run at a few seconds; the
-# checks themselves are tested above, the plugin only has to map their statuses onto pytest outcomes.
-
-CONFTEST = """
-import math, pytest, torch
-from privcheck.checks.training import SuiteBindings
-
-def good_clip(v, C):
-    norm = float(torch.linalg.vector_norm(v.double()))
-    if not bool(torch.isfinite(v).all()) or not math.isfinite(norm):
-        return torch.zeros_like(v)
-    return v * (C / norm) if norm > C else v.clone()
-
-def passthrough_clip(v, C):                 # broken: NaN/inf gradients enter the sum
-    return v.clone() if not bool(torch.isfinite(v).all()) else good_clip(v, C)
-
-def raising_clip(v, C):
-    raise RuntimeError("boom from the user's clip")
-
-@pytest.fixture
-def privcheck_bindings():
-    return SuiteBindings(clip={clip}, C=1.0, dim=16)
-"""
-PLUGIN = "privcheck.checks.pytest_plugin"
-
-
-def _project(tmp_path, clip=None):
-    if clip is not None:
-        (tmp_path / "conftest.py").write_text(CONFTEST.format(clip=clip))
-    # The project's own test: the installed plugin is loaded through its pytest11 entry point (autoload), with or
-    # without --privcheck; without the flag it must add nothing else (test_plugin_inert_without_option).
-    (tmp_path / "test_own.py").write_text(
-        "def test_own(request):\n"
-        f"    assert request.config.pluginmanager.has_plugin({PLUGIN!r})\n")
-    return tmp_path
-
-
-def _pytest(tmp_path, *args):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "PYTEST_ADDOPTS")}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-rfEs", "-q", "-p", "no:cacheprovider",
-                           f"--rootdir={tmp_path}", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=env)
-    return proc.returncode, proc.stdout + proc.stderr
-
-
-def test_plugin_registered_as_pytest11_entry_point():
-    (ep,) = [e for e in importlib.metadata.entry_points(group="pytest11") if e.value == PLUGIN]
-    assert ep.name == PLUGIN  # same name as the module: `-p privcheck.checks.pytest_plugin` is the same plugin
-
-
-def test_plugin_import_is_cheap():
-    code = (f"import sys, {PLUGIN}\n"
-            "heavy = [m for m in ('torch', 'privcheck.checks.training', 'privcheck.accounting', 'dp_accounting')"
-            " if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
-
-
-def test_plugin_collects_one_test_per_check_and_reports_skips(tmp_path):
-    rc, out = _pytest(_project(tmp_path, "good_clip"), "--privcheck")
-    assert rc == 0, out
-    assert "2 passed, 11 skipped" in out, out     # the project's own test and clip_contract; 11 unbound checks
-    for name in training.CHECKS:
-        if name != "clip_contract":
-            assert f"{name}: skipped: missing binding(s)" in out, (name, out)
-    assert "accountant_reference: skipped: missing binding(s): epsilon_pld" in out
-
-
-@pytest.mark.parametrize("clip,status,extra", [
-    ("passthrough_clip", "fail", ()),
-    ("raising_clip", "error", ("-p", PLUGIN)),   # an explicit -p names the entry point: loaded once, no clash
-])
-def test_plugin_fails_on_a_broken_binding(tmp_path, clip, status, extra):
-    rc, out = _pytest(_project(tmp_path, clip), *extra, "--privcheck")
-    assert rc == 1, out
-    assert "1 failed, 1 passed, 11 skipped" in out, out
-    assert "FAILED ::privcheck[clip_contract]" in out and f"privcheck clip_contract {status}" in out, out
-
-
-def test_plugin_inert_without_option(tmp_path):
-    rc, out = _pytest(_project(tmp_path, "passthrough_clip"))
-    assert rc == 0 and "1 passed in" in out and "privcheck" not in out, out
-
-
-def test_plugin_without_override_fails_with_instructions(tmp_path):
-    rc, out = _pytest(_project(tmp_path), "--privcheck")
-    assert rc == 1 and "12 errors" in out, out
-    assert "conftest.py" in out
-
-
-def test_plugin_provided_test_function(tmp_path):
-    _project(tmp_path, "passthrough_clip")
-    (tmp_path / "test_mine.py").write_text(f"from {PLUGIN} import privcheck_test as test_privcheck  # noqa: F401\n")
-    rc, out = _pytest(tmp_path, "test_mine.py")
-    assert rc == 1 and "1 failed, 11 skipped" in out, out

@@ -26,6 +26,8 @@ def _accuracies(outcome) -> dict:
     return acc
 
 
+# 77 s on 2 cores; the slow tier runs it, and every seed below.
+@pytest.mark.slow
 def test_tiny_cpu_learns_one_seed(tmp_path):
     outcome = run_dpgrpo("tiny-cpu", out=tmp_path, seed=0, arms=["dp_grpo", "zero_advantage"],
                          skip_verification=True, measure_timing=False, progress=False)

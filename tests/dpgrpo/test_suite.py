@@ -51,7 +51,8 @@ def shared_fixture():
 def test_reference_trainer_passes_every_check(suite_result):
     assert suite_result.name == "dpgrpo" and suite_result.randomness == "seeded"
     float64 = [c for c in suite_result.checks if c.precision == "float64"]
-    assert [c.name for c in float64] == list(training.CHECKS)  # V1–V12, in order, none missing
+    # the catalogue in order, none missing, then privcheck's self-check V12
+    assert [c.name for c in float64] == list(training.CHECKS) + list(training.SELF_CHECKS)
     assert suite_result.checks[:len(float64)] == float64
     bad = {(c.name, c.precision): (c.status, c.message[:400]) for c in suite_result.checks if c.status != "pass"}
     assert bad == {}
@@ -61,11 +62,11 @@ def test_reference_trainer_passes_every_check(suite_result):
 
 def test_preflight_records_are_separate_per_precision(suite_result):
     """V13: five reruns per lower precision, named apart from the float64 checks, precision set."""
-    rest = suite_result.checks[len(training.CHECKS):]
+    rest = suite_result.checks[len(training.CHECKS) + len(training.SELF_CHECKS):]
     expect = [(f"precision_preflight.{p}.{name}", p)
               for p in ("float32", "bfloat16") for name in training.PREFLIGHT_CHECKS]
     assert [(c.name, c.precision) for c in rest] == expect
-    assert not {c.name for c in rest} & set(training.CHECKS)
+    assert not {c.name for c in rest} & (set(training.CHECKS) | set(training.SELF_CHECKS))
     for c in rest:
         assert c.to_json()["precision"] == c.precision and c.inputs["preflight_precision"] == c.precision
         assert "not run" not in c.message, (c.name, c.message)
@@ -89,6 +90,8 @@ def test_preflight_measurements_within_spec_tolerances(suite_result):
 
 def test_reference_measurements_are_informative(suite_result):
     by = {c.name: c.observed for c in suite_result.checks}
+    agreement = by["accountant_agreement"]          # the trainer reports privcheck's own PLD through its plan
+    assert agreement["gap"] == 0.0 and agreement["steps"] == REFERENCE["T"]
     v4 = by["nonprivate_equivalence"]
     assert v4["flat_step_size"] > 1e-6 and v4["max_abs_param_diff"] <= 1e-12
     v3 = by["sensitivity_add_remove"]

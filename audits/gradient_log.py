@@ -1,0 +1,180 @@
+"""One-run audit of any DP-SGD model from a Dirac gradient-canary auditor log (docs/integrations/opacus.md,
+"Audit an Opacus model"; the statistic and its assumptions: docs/audits.md).
+
+The trainer side is a hook that writes the log: `privcheck.integrations.opacus.GradientCanaries` for Opacus, or
+anything writing the same lines (`{"kind": "round", "t", "reserved", "U", "sigma_C", "divisor"}` with
+U_t[J] = S_t[J] + z_t[J]). The auditor side, in protocol order:
+
+1. `prepare(...)` before training: the public event (q, σ, T) and δ of the claim, m canaries on coordinates fixed
+   by a public rule (`reserved_coordinates`, never from S), the membership S drawn by `audits.canary`
+   (OS entropy; `seed` only in tests) and committed with a fresh salt, the power plan
+   (`audits.power.plan` with `DPSGDDirac(q, σ, T, "llr")`) fixing (k₊, k₋), and the `Preregistration`. The
+   nominal ε is privcheck's PLD of the event at δ (`privcheck.accounting.epsilon`). The trainer receives only
+   `presence()` (the bits it needs to include present canaries).
+2. Training writes the log (mode 0600).
+3. `analyse(log_path, audit)`: only the `round` lines are scored (y_t = U_t[j]/(σC), the per-step LLR), the
+   scores are frozen, S is revealed against them, the commitment verified and `audits.one_run.from_scores`
+   applies the pre-registered rule. The `diagnostics` lines (realised inclusions) are copied into the report
+   beside the test, never into it.
+
+Scope as in the DP-GRPO gradient audit: Dirac canaries audit sampling, clipping, noise and accounting of the
+step that writes the log, not the model's per-sample gradient computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from audits import canary as cn
+from audits.dpgrpo_canary import (
+    AuditorView,
+    CanaryIds,
+    DiracCanary,
+    StepLLR,
+    dirac_canaries,
+    reserved_coordinates,
+    split_log,
+)
+from audits.one_run import from_scores
+from audits.power import PowerReport
+from audits.power import plan as power_plan
+from audits.report import AuditReport
+from audits.score_models import DPSGDDirac
+from audits.strategies import Explicit
+from privcheck import validation as val
+from privcheck.errors import InvalidParameter, PrivcheckError
+
+__all__ = ["CANARY_TYPE", "MECHANISM_NAME", "SCORE_NAME", "GradientLogAudit", "GradientLogDesign", "analyse",
+           "prepare"]
+
+CANARY_TYPE = "gradient_dirac"
+SCORE_NAME = "whitebox_step_llr"
+MECHANISM_NAME = "dpsgd"
+
+
+@dataclass(frozen=True, eq=False)
+class GradientLogDesign(CanaryIds):
+    """The public, pre-registered design (no membership bits): the audited event, δ, canaries, power plan and
+    guess rule."""
+
+    event: object                    # privcheck.accounting.PoissonGaussianEvent (q, σ, T)
+    clip_norm: float
+    delta: float
+    confidence: float
+    canaries: tuple[DiracCanary, ...]
+    reserved_rule: str
+    power: PowerReport
+    preregistration: cn.Preregistration
+    score: StepLLR
+
+    @property
+    def reserved(self) -> tuple[int, ...]:
+        return tuple(c.coordinate for c in self.canaries)
+
+    @property
+    def noise_std(self) -> float:
+        return self.event.noise_multiplier * self.clip_norm
+
+    @property
+    def epsilon(self) -> float:
+        """The nominal ε: privcheck's accountant on the event at δ."""
+        from privcheck.accounting import epsilon
+        return epsilon(self.event, self.delta).value
+
+
+@dataclass(frozen=True, eq=False)
+class GradientLogAudit:
+    """The auditor's side of one audit: the public design, the sealed membership and the commitment's salt."""
+
+    design: GradientLogDesign
+    membership: cn.Membership
+    salt: bytes
+
+    def presence(self) -> np.ndarray:
+        """The presence bits the trainer's hook needs (present canaries are included by their own coins)."""
+        return self.membership.presence_for_training()
+
+
+def prepare(*, dim: int, canaries: int, sampling_rate: float, noise_multiplier: float, steps: int,
+            clip_norm: float, delta: float, confidence: float = 0.95, reserved_rule: str = "last",
+            plan_sims: int = 200, seed: int | None = None) -> GradientLogAudit:
+    """Pre-register a one-run audit of a DP-SGD run with `canaries` Dirac canaries on a `dim`-coordinate
+    parameter space (module docstring, step 1). `seed`: a seeded test (membership and power plan), never an audit
+    release. Every input is validated before any work."""
+    from privcheck.accounting import PoissonGaussianEvent
+
+    m = val.count("canaries", canaries)
+    event = PoissonGaussianEvent(sampling_rate, noise_multiplier, val.count("steps", steps))
+    clip_norm = val.positive("clip_norm", clip_norm)
+    delta = val.open_unit("delta", delta)
+    confidence = val.open_unit("confidence", confidence)
+    plan_sims = val.count("plan_sims", plan_sims)
+    seed = None if seed is None else val.count("seed", seed, minimum=0)
+    reserved = reserved_coordinates(dim, m, reserved_rule)
+    cans = dirac_canaries(reserved)
+    membership = cn.draw_membership(m, seed=seed)
+    salt = cn.new_salt()
+    commitment = membership.commit([c.id for c in cans], salt)
+    model = DPSGDDirac(event.sampling_rate, event.noise_multiplier, event.steps, "llr", 0.0)
+    from privcheck.accounting import epsilon
+    eps = epsilon(event, delta).value
+    power = power_plan(m, delta=delta, confidence=confidence, eps_nominal=eps, score_model=model, sims=plan_sims,
+                       seed=seed)
+    prereg = cn.Preregistration(m=m, delta=delta, confidence=confidence, selection="explicit",
+                                k_plus=power.k_plus, k_minus=power.k_minus, canary_type=CANARY_TYPE,
+                                score=SCORE_NAME, tie_break_seed=cn.TIE_BREAK_SEED, commitment=commitment)
+    design = GradientLogDesign(event=event, clip_norm=clip_norm, delta=delta, confidence=confidence,
+                               canaries=cans, reserved_rule=reserved_rule, power=power, preregistration=prereg,
+                               score=StepLLR(model))
+    return GradientLogAudit(design, membership, salt)
+
+
+def _diagnostics(diag_lines: list[dict], signs: np.ndarray, design: GradientLogDesign) -> dict:
+    """Realised inclusions from the log's diagnostics lines and the revealed S (never used by the test)."""
+    m = design.m
+    counts = np.zeros(m, dtype=np.int64)
+    logged = False
+    for line in diag_lines:
+        inc = line.get("diagnostics", {}).get("canary_included") or []
+        if len(inc) == m:
+            counts += np.asarray(inc, dtype=np.int64)
+            logged = True
+    present = signs == 1
+    return {"realized_inclusions_logged": logged,
+            "never_sampled_in_canaries": int(np.sum(present & (counts == 0))) if logged else None,
+            "absent_canaries_ever_sampled": int(np.sum(~present & (counts > 0))) if logged else None,
+            "inclusions_present_mean": float(counts[present].mean()) if logged and present.any() else None,
+            "inclusions_expected": design.event.sampling_rate * design.event.steps,
+            "clip_norm": design.clip_norm}
+
+
+def analyse(log_path, audit: GradientLogAudit, *, mechanism_params: dict | None = None) -> AuditReport:
+    """Score the log's round lines, freeze, reveal S, verify the commitment and test (module docstring, step 3).
+    Raises PrivcheckError when the log does not match the design (rounds 1..T, reserved coordinates, σC) or the
+    membership does not match the commitment."""
+    from privcheck.integrations.auditor_log import read_log
+
+    if not isinstance(audit, GradientLogAudit):
+        raise InvalidParameter("audit", type(audit).__name__, "the GradientLogAudit prepare() returned")
+    if mechanism_params is not None and not isinstance(mechanism_params, dict):
+        raise InvalidParameter("mechanism_params", mechanism_params, "None or a dict")
+    design, membership = audit.design, audit.membership
+    rounds, diag_lines = split_log(read_log(log_path))
+    view = AuditorView.from_rounds(rounds, design.reserved, design.event.steps, design.noise_std)
+    frozen = cn.score_canaries(design.score, view, design.canaries)
+    signs = np.array(membership.reveal(frozen))
+    if not cn.verify(design.preregistration.commitment, signs, list(design.canary_ids), audit.salt):
+        raise PrivcheckError("membership does not match the pre-registered commitment")
+    prereg, ev = design.preregistration, design.event
+    params = {"q": ev.sampling_rate, "sigma": ev.noise_multiplier, "steps": ev.steps, "C": design.clip_norm,
+              "reserved_rule": design.reserved_rule, **(mechanism_params or {})}
+    return from_scores(frozen, membership, delta=design.delta, confidence=design.confidence,
+                       k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(),
+                       eps_nominal=design.epsilon, tie_break_seed=prereg.tie_break_seed, preregistration=prereg,
+                       power=design.power,
+                       claim={"neighboring": "add_remove", "accountant": "pld",
+                              "mechanism": {"name": MECHANISM_NAME, "params": params}},
+                       canaries={"type": CANARY_TYPE, "added_slots": True, "score": SCORE_NAME},
+                       diagnostics=_diagnostics(diag_lines, signs, design))

@@ -1,0 +1,585 @@
+"""Prompt-level DP-GRPO inside TRL: `DPGRPOTrainer`, a `trl.GRPOTrainer` whose step is Algorithm 1
+(docs/dpgrpo.md; user guide docs/integrations/trl.md).
+
+One step (`DPGRPOTrainer.step`), with the functions of `mechanisms.dpgrpo.core`:
+
+    coins = poisson_coins(len(train_dataset), q, coins_gen)      # public q, private coins generator
+    for i with coins[i]:                                         # one prompt at a time, in index order
+        with fresh rollout randomness:                           # (A3), never the caller's RNG
+            G completions of prompt i alone (TRL's generation)   # no padding against other prompts
+            rewards = Σ_k w_k·reward_func_k, NaN → lo, clamp [lo, hi] (the declared public range)
+            A = group_advantages(rewards)                        # eq. (2), this prompt's own group
+            ℓ_i = prompt_loss(u, ref, mask, A, β)                # eq. (7): token mean, then mean over G
+            S += clip_flat(∇ℓ_i, C)                              # one clip over the flat trainable vector
+    ĝ = privatize(S, σ, C, q, n, noise_gen)                      # (S + N(0, σ²C²)) / (q·n), once per step
+    ĝ → .grad of the trainable (PEFT) parameters; trainer.optimizer.step(); lr_scheduler.step()
+
+ε is never computed here: the dp_* settings become a `DPGRPOConfig` (`trainer.dp_config`) whose privacy plan
+(`privcheck.accounting.DPGRPOPlan`) gives the claim. TRL settings that couple prompts (batch-level loss or reward
+normalisation, batch generation servers, entropy masks over the batch, several updates per batch, tools) are
+refused with `InvalidParameter` naming the setting, before any model is touched.
+
+TRL is imported at module import: import this module only where the trainer is used.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.randomness import TorchRandomness
+from mechanisms.dpgrpo.run_inputs import tensor_sha256
+from privcheck.errors import InvalidParameter
+
+__all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig",
+           "PromptContribution", "dp_config_for"]
+
+ALLOWED_LOSS_TYPES = ("grpo",)            # eq. (7): token mean per completion, mean over the prompt's G
+ALLOWED_SCALE_REWARDS = ("group", "none")  # statistics of the prompt's own group only
+_UNSUPPORTED_KWARGS = ("tools", "rollout_func", "environment_factory")
+
+
+@dataclass
+class DPGRPOTrainerConfig(GRPOConfig):
+    """`trl.GRPOConfig` plus the DP settings (`dp_*`: TRL's own `epsilon`/`delta` are PPO clipping ranges).
+
+    `loss_type` defaults to "grpo" (TRL's default "dapo" normalises by the batch's token count and is refused).
+    Exactly one of `dp_noise_multiplier` (σ) and `dp_target_epsilon` (σ calibrated by the accountant) is given;
+    `dp_delta` defaults to 1/(10n); `dp_num_records` (the public n of the divisor q·n) defaults to
+    len(train_dataset); `dp_reward_range` is the declared public range rewards are clamped to; `dp_seed`: None
+    for OS-entropy randomness (a privacy release), an int for a reproducible run that is not a release."""
+
+    loss_type: str = field(default="grpo", metadata={"help": "only 'grpo' (per-prompt normalisation) is allowed"})
+    dp_clip_norm: float | None = field(default=None, metadata={"help": "C: per-prompt clip norm"})
+    dp_noise_multiplier: float | None = field(default=None, metadata={"help": "σ (noise std σ·C)"})
+    dp_target_epsilon: float | None = field(default=None, metadata={"help": "calibrate σ for this ε"})
+    dp_sampling_rate: float | None = field(default=None, metadata={"help": "q: Poisson rate per prompt"})
+    dp_delta: float | None = field(default=None, metadata={"help": "δ (default 1/(10n))"})
+    dp_steps: int | None = field(default=None, metadata={"help": "T: accounted number of steps"})
+    dp_num_records: int | None = field(default=None, metadata={"help": "public n (default len(train_dataset))"})
+    dp_reward_range: tuple = field(default=(0.0, 1.0), metadata={"help": "public [lo, hi] rewards are clamped to"})
+    dp_seed: int | None = field(default=None, metadata={"help": "None: OS entropy (release); int: seeded"})
+
+
+@dataclass(frozen=True)
+class PromptContribution:
+    """One prompt's part of a step (private): its clamped rewards, advantages, eq. (7) loss, flat unclipped
+    gradient and clipped contribution."""
+
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+    loss: float
+    gradient: torch.Tensor
+    clipped: torch.Tensor
+
+
+def _refuse(name, value, allowed):
+    raise InvalidParameter(name, value, allowed)
+
+
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _check_trl_settings(args) -> None:
+    """Refuse every TRL setting that makes one prompt's contribution depend on other prompts, or that is not
+    covered by the accounting (one noisy update per Poisson-sampled batch)."""
+    if args.loss_type not in ALLOWED_LOSS_TYPES:
+        _refuse("loss_type", args.loss_type, f"one of {ALLOWED_LOSS_TYPES}: 'dapo', 'bnpo', 'dr_grpo', 'cispo', ... "
+                "normalise by token counts of the whole batch or differ from eq. (7), so a prompt's gradient would "
+                "depend on the other prompts")
+    if args.scale_rewards not in ALLOWED_SCALE_REWARDS:
+        _refuse("scale_rewards", args.scale_rewards, f"one of {ALLOWED_SCALE_REWARDS}: 'batch' scales advantages "
+                "by the standard deviation of the whole batch, coupling prompts")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        _refuse("multi_objective_aggregation", args.multi_objective_aggregation,
+                "'sum_then_normalize' ('normalize_then_sum' normalises the summed rewards over the batch)")
+    checks = (
+        ("num_iterations", args.num_iterations, 1, "1 (several updates reuse one sampled batch, not accounted)"),
+        ("gradient_accumulation_steps", args.gradient_accumulation_steps, 1,
+         "1 (one DP step is one Poisson batch; per-prompt clipping replaces accumulation)"),
+        ("use_vllm", args.use_vllm, False, "False (batched generation across prompts breaks record isolation)"),
+        ("use_transformers_continuous_batching", args.use_transformers_continuous_batching, False,
+         "False (batched generation across prompts breaks record isolation)"),
+        ("mask_truncated_completions", args.mask_truncated_completions, False,
+         "False (eq. (7) needs at least one token per completion)"),
+        ("top_entropy_quantile", args.top_entropy_quantile, 1.0, "1.0 (an entropy quantile over the batch "
+         "couples prompts)"),
+        ("entropy_coef", args.entropy_coef, 0.0, "0.0 (not part of eq. (7))"),
+        ("use_adaptive_entropy", args.use_adaptive_entropy, False, "False (adapts to batch statistics)"),
+        ("off_policy_mask_threshold", args.off_policy_mask_threshold, None, "None"),
+        ("importance_sampling_level", args.importance_sampling_level, "token", "'token'"),
+    )
+    for name, value, ok, allowed in checks:
+        if value != ok:
+            _refuse(name, value, allowed)
+    if args.reward_weights is not None and not all(_real(w) for w in args.reward_weights):
+        _refuse("reward_weights", args.reward_weights, "None or finite public weights")
+
+
+def _lora_settings(peft_config) -> dict:
+    if peft_config is None:
+        return {}
+    out = {}
+    r, alpha = getattr(peft_config, "r", None), getattr(peft_config, "lora_alpha", None)
+    if isinstance(r, int) and r > 0:
+        out["lora_r"] = r
+    if _real(alpha) and alpha > 0:
+        out["lora_alpha"] = float(alpha)
+    dropout = getattr(peft_config, "lora_dropout", None)
+    if _real(dropout):
+        out["lora_dropout"] = float(dropout)
+    targets = getattr(peft_config, "target_modules", None)
+    if isinstance(targets, str):
+        out["lora_targets"] = (targets,)
+    elif targets:
+        out["lora_targets"] = tuple(sorted(str(t) for t in targets))
+    return out
+
+
+def dp_config_for(args, train_dataset, peft_config=None) -> DPGRPOConfig:
+    """Validate `args` (a `DPGRPOTrainerConfig`) and the dataset and return the public `DPGRPOConfig` of the run
+    (its `plan` is the privacy plan). Raises `InvalidParameter` naming the setting on any problem."""
+    if not isinstance(args, DPGRPOTrainerConfig):
+        _refuse("args", type(args).__name__, "a DPGRPOTrainerConfig (trl.GRPOConfig with the dp_* settings)")
+    _check_trl_settings(args)
+    if train_dataset is None or not hasattr(train_dataset, "__len__") or not hasattr(train_dataset, "__getitem__"):
+        _refuse("train_dataset", type(train_dataset).__name__, "a map-style datasets.Dataset with a 'prompt' column")
+    names = getattr(train_dataset, "column_names", None)
+    if names is not None and "prompt" not in names:
+        _refuse("train_dataset", names, "a dataset with a 'prompt' column")
+    n = args.dp_num_records if args.dp_num_records is not None else len(train_dataset)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        _refuse("dp_num_records", n, "a positive int (the public number of records n)")
+    q = args.dp_sampling_rate
+    if not _real(q) or not 0 < q <= 1:
+        _refuse("dp_sampling_rate", q, "a float in (0, 1] (the public Poisson sampling rate q)")
+    C = args.dp_clip_norm
+    if not _real(C) or C <= 0:
+        _refuse("dp_clip_norm", C, "a finite float > 0 (the per-prompt clip norm C)")
+    T = args.dp_steps
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        _refuse("dp_steps", T, "a positive int (the accounted number of steps T)")
+    if args.max_steps not in (-1, 0, None, T):
+        _refuse("max_steps", args.max_steps, f"-1 or dp_steps = {T} (the accounted number of steps)")
+    sigma, target = args.dp_noise_multiplier, args.dp_target_epsilon
+    if (sigma is None) == (target is None):
+        _refuse("dp_noise_multiplier", sigma, "exactly one of dp_noise_multiplier and dp_target_epsilon")
+    if sigma is not None and (not _real(sigma) or sigma <= 0):
+        _refuse("dp_noise_multiplier", sigma, "a finite float > 0")
+    if target is not None and (not _real(target) or target <= 0):
+        _refuse("dp_target_epsilon", target, "a finite float > 0")
+    delta = args.dp_delta
+    if delta is not None and (not _real(delta) or not 0 < delta < 1):
+        _refuse("dp_delta", delta, "None or a float in (0, 1)")
+    lo_hi = args.dp_reward_range
+    if (not isinstance(lo_hi, (tuple, list)) or len(lo_hi) != 2 or not all(_real(x) for x in lo_hi)
+            or not lo_hi[0] < lo_hi[1]):
+        _refuse("dp_reward_range", lo_hi, "a pair (lo, hi) of finite floats with lo < hi")
+    seed = args.dp_seed
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        _refuse("dp_seed", seed, "None (OS entropy) or a non-negative int")
+    m = q * n
+    while m / n > q:          # the plan's q = m/n must not exceed the declared q
+        m = math.nextafter(m, 0.0)
+    common = dict(n=n, m=m, T=T, C=float(C), delta=delta, G=args.num_generations, tau=float(args.temperature),
+                  top_k=int(args.top_k or 0), top_p=float(args.top_p), L_max=args.max_completion_length,
+                  beta=float(args.beta), lr=float(args.learning_rate),
+                  optimizer="sgd" if str(args.optim).endswith("sgd") else "adamw",
+                  betas=(float(args.adam_beta1), float(args.adam_beta2)), eps=float(args.adam_epsilon),
+                  weight_decay=float(args.weight_decay), randomness="os_entropy" if seed is None else seed,
+                  **_lora_settings(peft_config))
+    if target is not None:
+        return DPGRPOConfig.from_target(target_epsilon=float(target), **common)
+    return DPGRPOConfig(sigma=float(sigma), **common)
+
+
+def _public_args(args) -> dict:
+    """The GRPOConfig / DP settings recorded in the artifact (public configuration; no paths or tokens)."""
+    keep = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta", "learning_rate",
+            "lr_scheduler_type", "warmup_steps", "optim", "weight_decay", "adam_beta1", "adam_beta2",
+            "adam_epsilon", "loss_type", "scale_rewards", "reward_weights", "seed", "bf16", "fp16")
+    out = {k: getattr(args, k, None) for k in keep}
+    out.update({f.name: getattr(args, f.name) for f in dataclasses.fields(DPGRPOTrainerConfig)
+                if f.name.startswith("dp_")})
+    return {k: (v if isinstance(v, (int, float, str, bool, list, tuple, type(None))) else str(v))
+            for k, v in out.items()}
+
+
+def _verification_block(results) -> dict:
+    """The artifact's `verification` entry from `CheckResult`s: "pass" when at least one check ran and every check
+    that ran passed (skipped checks are listed, never counted as passed), grouped by precision."""
+    if results is None:
+        return {"status": "skipped", "reason": "no verification results given to save_run_artifact", "float64": [],
+                "preflight": {"float32": [], "bfloat16": []}}
+    from privcheck.serialization import jsonable
+
+    checks = [r.to_json() for r in results]
+    ran = [c for c in checks if c["status"] != "skipped"]
+    status = "pass" if ran and all(c["status"] == "pass" for c in ran) else "fail"
+    groups = {"float64": [], "float32": [], "bfloat16": []}
+    for c in checks:
+        groups.setdefault(c.get("precision") or "float64", []).append(c)
+    return {"status": status, "suite": "trl", "float64": jsonable(groups.pop("float64")),
+            "preflight": jsonable(groups)}
+
+
+class DPGRPOTrainer(GRPOTrainer):
+    """A `trl.GRPOTrainer` running prompt-level DP-GRPO (module docstring). Same constructor as GRPOTrainer
+    (args must be a `DPGRPOTrainerConfig`); `train()` runs the accounted `dp_steps` steps of `step()`.
+
+    Public facts: `dp_config` (public configuration; `dp_config.plan` the privacy plan), `privacy_claim`,
+    `privacy_release`, `public_telemetry` (per step: t, lr, ‖ĝ‖, ‖Δθ‖, skipped). Private, in memory only:
+    `private_telemetry`, `last_sampled` (dataset indices of the last batch), `last_contributions`."""
+
+    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, eval_dataset=None,
+                 processing_class=None, reward_processing_classes=None, callbacks=None, optimizers=(None, None),
+                 peft_config=None, **kwargs):
+        for name in _UNSUPPORTED_KWARGS:
+            if kwargs.get(name) is not None:
+                _refuse(name, kwargs[name], "None (tool calls, custom rollouts and environments are not covered "
+                        "by the per-prompt isolation of this trainer)")
+        unknown = sorted(k for k in kwargs if k not in _UNSUPPORTED_KWARGS + ("quantization_config",))
+        if unknown:
+            _refuse(unknown[0], kwargs[unknown[0]], "a trl.GRPOTrainer argument")
+        if tuple(optimizers) != (None, None):
+            _refuse("optimizers", optimizers, "(None, None): the optimizer and schedule come from args (optim, "
+                    "learning_rate, lr_scheduler_type, ...), so the checks' fresh copies run the same update")
+        self.dp_config = dp_config_for(args, train_dataset, peft_config)   # every refusal before any work
+        lo, hi = args.dp_reward_range
+        self.dp_reward_range = (float(lo), float(hi))
+        # the initial (pre-TRL) model, for fresh seeded runs of the checks (`fresh_copy`)
+        self._init_parts = dict(model=copy.deepcopy(model), reward_funcs=reward_funcs, args=args,
+                                eval_dataset=eval_dataset, processing_class=processing_class,
+                                reward_processing_classes=reward_processing_classes, callbacks=callbacks,
+                                peft_config=peft_config, **{k: v for k, v in kwargs.items() if v is not None})
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                         eval_dataset=eval_dataset, processing_class=processing_class,
+                         reward_processing_classes=reward_processing_classes, callbacks=callbacks,
+                         peft_config=peft_config,
+                         **{k: v for k, v in kwargs.items() if v is not None})
+        self.space = core.ParamSpace(self.model)
+        self.private_parameters = self.space.names
+        trainable = set(self.space.names)
+        named = list(self.model.named_parameters())
+        self._init_hashes = {"lora": tensor_sha256([(k, t) for k, t in named if k in trainable]),
+                             "base": tensor_sha256([(k, t) for k, t in named if k not in trainable])}
+        self.evaluation_curve: list[dict] = []
+        self.randomness = TorchRandomness.from_mode(self.dp_config.randomness, self.space.params[0].device)
+        self.create_optimizer_and_scheduler(num_training_steps=self.dp_config.T)
+        self.t = 0
+        self.public_telemetry: list[dict] = []
+        self.private_telemetry: list[dict] = []
+        self.last_sampled: list[int] = []
+        self.last_contributions: dict[int, PromptContribution] = {}
+        self._update_hooks: list = []
+
+    # ------------------------------------------------------------------ public facts
+
+    @property
+    def plan(self):
+        return self.dp_config.plan
+
+    @property
+    def divisor(self) -> float:
+        """The public divisor q·n (never the realised batch size)."""
+        return self.dp_config.divisor
+
+    @property
+    def privacy_release(self) -> bool:
+        return self.randomness.privacy_release
+
+    @property
+    def release_blockers(self) -> list[str]:
+        return [] if self.randomness.privacy_release else [self.randomness.reason]
+
+    @property
+    def privacy_claim(self) -> dict:
+        """The plan's parameters and ε (`plan.claim()`, computed by privcheck's accountant from the plan's event)."""
+        claim = self.plan.claim()
+        return {"unit": "prompt_group", "neighboring": claim["neighboring"], "n": self.plan.records,
+                "q": self.plan.sampling_rate, "sigma": self.plan.noise_multiplier, "T": self.plan.steps,
+                "delta": self.plan.delta, "C": self.plan.clip_norm, "divisor": self.plan.divisor,
+                "epsilon": claim["epsilon"], "accountant": claim["accountant"], "event": claim["event"],
+                "target_epsilon": claim["target_epsilon"]}
+
+    # ------------------------------------------------------------------ Algorithm 1 pieces
+
+    def sample_coins(self, n: int | None = None, q: float | None = None) -> torch.Tensor:
+        """Bernoulli(q) coins for every dataset index from the private coins generator (line 2)."""
+        n = len(self.train_dataset) if n is None else n
+        if n == 0:                # an empty dataset has no coin to draw
+            return torch.zeros(0, dtype=torch.bool)
+        return core.poisson_coins(n, self.dp_config.q if q is None else q, self.randomness.coins)
+
+    def clip(self, v, C: float | None = None) -> torch.Tensor:
+        return core.clip_flat(v, self.dp_config.C if C is None else C)
+
+    def privatize(self, S, *, sigma=None, C=None, q=None, n=None) -> torch.Tensor:
+        """(S + N(0, σ²C²)) / (q·n) with the private noise generator (line 8); defaults: the run's σ, C, q, n."""
+        cfg = self.dp_config
+        return core.privatize(S, cfg.sigma if sigma is None else sigma, cfg.C if C is None else C,
+                              cfg.q if q is None else q, cfg.n if n is None else n, self.randomness.noise)
+
+    def add_update_hook(self, fn) -> None:
+        """`fn(ĝ) -> ĝ'` applied to the noisy update right after `privatize` (used by the whole-step checks)."""
+        if not callable(fn):
+            _refuse("fn", fn, "a callable (g_hat) -> g_hat")
+        self._update_hooks.append(fn)
+
+    def _rewards(self, row, prompt, completions, completion_ids) -> torch.Tensor:
+        G = len(completions)
+        per_func = self._calculate_rewards([dict(row) for _ in range(G)], [prompt] * G, completions,
+                                           completion_ids)
+        w = self.reward_weights.to(per_func.device, per_func.dtype)
+        r = (per_func * w.unsqueeze(0)).nansum(dim=1).to(torch.float64)
+        lo, hi = self.dp_reward_range
+        # fixed public rules: an unscorable or non-finite reward is lo; every reward is clamped to [lo, hi]
+        bad = torch.isnan(per_func).all(dim=1) | ~torch.isfinite(r)
+        r = torch.where(bad, torch.full_like(r, lo), r)
+        self._pending_metrics.clear()      # reward functions' own logs are private: never released
+        return r.clamp(lo, hi)
+
+    def _advantages(self, rewards) -> torch.Tensor:
+        if self.scale_rewards == "group":
+            return core.group_advantages(rewards)
+        if bool((rewards == rewards[0]).all()):
+            return torch.zeros_like(rewards)
+        return rewards - rewards.mean()
+
+    def prompt_contribution(self, row) -> PromptContribution:
+        """Lines 4–7 for one dataset row alone: G completions, rewards, eq. (2) advantages, eq. (7) loss, one
+        backward, one clip. Draws rollout randomness from the global torch RNG (the callers fork and seed it)."""
+        prompt = row["prompt"]
+        G = self.num_generations
+        prompt_ids = self._tokenize_prompts([prompt])[0][0]
+        completion_ids, _ = self._generate_single_turn([prompt_ids] * G, None, {}, G)
+        if self._is_vlm or isinstance(prompt, list):
+            texts = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            completions = [[{"role": "assistant", "content": t}] for t in texts]
+        else:
+            completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        rewards = self._rewards(row, prompt, completions, completion_ids)
+        adv = self._advantages(rewards)
+        device = self.space.params[0].device
+        pad_id = self._tokenizer.pad_token_id
+        L = max(len(c) for c in completion_ids)
+        comp = torch.full((G, L), pad_id, dtype=torch.long, device=device)
+        mask = torch.zeros((G, L), dtype=torch.long, device=device)
+        for g, ids in enumerate(completion_ids):
+            comp[g, :len(ids)] = torch.tensor(ids, dtype=torch.long, device=device)
+            mask[g, :len(ids)] = 1
+        prompt_t = torch.tensor(prompt_ids, dtype=torch.long, device=device).unsqueeze(0).expand(G, -1)
+        input_ids = torch.cat([prompt_t, comp], dim=1)
+        attention = torch.cat([torch.ones_like(prompt_t), mask], dim=1)
+        ref = torch.zeros((G, L), dtype=torch.float32, device=device)
+        if self.beta != 0.0:
+            with torch.no_grad():
+                ref = self._reference_logps(input_ids, attention, L)
+        self.space.zero_grad()
+        logp, _, _ = self._get_per_token_logps_and_entropies(self.model, input_ids, attention, L)
+        loss = core.prompt_loss(logp, ref.to(logp.dtype), mask, adv, self.beta)
+        loss.backward()
+        grad = core.flatten_grads(self.space)
+        self.space.zero_grad()
+        return PromptContribution(rewards=rewards, advantages=adv, loss=float(loss.detach()), gradient=grad,
+                                  clipped=self.clip(grad))
+
+    def _reference_logps(self, input_ids, attention, L):
+        if self.ref_model is not None:
+            return self._get_per_token_logps_and_entropies(self.ref_model, input_ids, attention, L)[0]
+        from trl.trainer.utils import use_adapter
+
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._get_per_token_logps_and_entropies(self.model, input_ids, attention, L)[0]
+
+    def step(self) -> dict:
+        """One DP-GRPO step (module docstring); returns its public telemetry entry."""
+        cfg = self.dp_config
+        if self.t >= cfg.T:
+            _refuse("dp_steps", cfg.T, f"more than the {self.t} steps run (never more steps than accounted)")
+        coins = self.sample_coins()
+        batch = [i for i in range(len(coins)) if bool(coins[i])]
+        S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.space.params[0].device)
+        contribs: dict[int, PromptContribution] = {}
+        for i in batch:
+            with self.randomness.rollout_scope():
+                c = self.prompt_contribution(self.train_dataset[i])
+            contribs[i] = c
+            S = S + c.clipped
+        g_hat = self.privatize(S)
+        for hook in self._update_hooks:
+            g_hat = hook(g_hat)
+        before = [p.detach().clone() for p in self.space.params]
+        applied = bool(torch.isfinite(g_hat).all())
+        if applied:                       # a non-finite ĝ skips the step (fixed rule, public)
+            core.unflatten_into(g_hat, self.space)
+            self.optimizer.step()
+        self.lr_scheduler.step()
+        self.space.zero_grad()
+        self.t += 1
+        self.state.global_step = self.t
+        entry = core.public_step_entry(self.t, self.optimizer, self.space.params, before, g_hat, applied)
+        self.public_telemetry.append(entry)
+        self.state.log_history.append(dict(entry))
+        self.last_sampled = batch
+        self.last_contributions = contribs
+        rewards = [float(x) for c in contribs.values() for x in c.rewards]
+        self.private_telemetry.append({
+            "t": self.t, "batch_size": len(batch), "reward_mean": sum(rewards) / len(rewards) if rewards else None,
+            "pre_clip_norms": [float(torch.linalg.vector_norm(c.gradient.double())) for c in contribs.values()],
+            "losses": [c.loss for c in contribs.values()]})
+        return entry
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """Run the remaining accounted steps (`dp_steps` in all); returns the public telemetry of this call."""
+        if resume_from_checkpoint is not None or trial is not None:
+            _refuse("resume_from_checkpoint", resume_from_checkpoint, "None (resuming is not supported)")
+        start = self.t
+        if self.eval_dataset is not None and not self.evaluation_curve:
+            self.evaluation_curve.append({"t": self.t, "accuracy": self.evaluate_public()})
+        while self.t < self.dp_config.T:
+            self.step()
+        if self.eval_dataset is not None and self.evaluation_curve[-1]["t"] != self.t:
+            self.evaluation_curve.append({"t": self.t, "accuracy": self.evaluate_public()})
+        return self.public_telemetry[start:]
+
+    def evaluate_public(self) -> float:
+        """Mean reward on the public `eval_dataset`, normalised to [0, 1] by `dp_reward_range` (the sampled
+        accuracy for 0/1 rewards): num_generations samples per prompt under the public seed `args.seed`."""
+        if self.eval_dataset is None or len(self.eval_dataset) == 0:
+            _refuse("eval_dataset", self.eval_dataset, "a non-empty dataset of public prompts")
+        lo, hi = self.dp_reward_range
+        total, count = 0.0, 0
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(self.args.seed)
+            for k in range(len(self.eval_dataset)):
+                row = self.eval_dataset[k]
+                prompt_ids = self._tokenize_prompts([row["prompt"]])[0][0]
+                ids, _ = self._generate_single_turn([prompt_ids] * self.num_generations, None, {},
+                                                    self.num_generations)
+                texts = self.processing_class.batch_decode(ids, skip_special_tokens=True)
+                if isinstance(row["prompt"], list):
+                    texts = [[{"role": "assistant", "content": t}] for t in texts]
+                r = self._rewards(row, row["prompt"], texts, ids)
+                total += float(((r - lo) / (hi - lo)).sum())
+                count += r.numel()
+        return min(1.0, max(0.0, total / count))
+
+    def save_run_artifact(self, out, *, verification=None) -> dict:
+        """Write the run artifact of `privcheck run dp-grpo` (`privcheck.dpgrpo.run/1`, docs/dpgrpo.md) to the
+        directory `out`: run-dp_grpo-REPLICATE.json, the private telemetry (private/, 0700/0600) and the trainable
+        weights (safetensors). `verification`: the `CheckResult`s of the suite on this trainer's bindings (else
+        recorded as skipped). Needs `eval_dataset` (public prompts, evaluated by `train()` before and after)."""
+        import json
+        import types
+        import uuid
+
+        from safetensors.torch import save
+
+        from mechanisms.dpgrpo.run_artifact import (
+            RUN_SCHEMA,
+            RUN_SCHEMA_ID,
+            assumptions_block,
+            environment_block,
+            privacy_block,
+        )
+        from mechanisms.dpgrpo.run_inputs import sha256_bytes, verifier_sha256
+        from privcheck.artifacts import ArtifactDirectory
+        from privcheck.serialization import jsonable, utc_now
+
+        if len(self.evaluation_curve) < 2:
+            _refuse("eval_dataset", self.eval_dataset, "public prompts, evaluated by train() before and after "
+                    "training (the artifact's evaluation)")
+        cfg = self.dp_config
+        label = "release" if cfg.randomness == "os_entropy" else f"seed{cfg.randomness}"
+        status = "complete" if self.t == cfg.T else "incomplete"
+        ver = _verification_block(verification)
+        blockers = list(self.release_blockers)
+        if status != "complete":
+            blockers.append(f"incomplete: {self.t} of {cfg.T} steps")
+        if ver["status"] != "pass":
+            blockers.append("verification suite " + ("skipped" if ver["status"] == "skipped" else "did not pass"))
+        shim = types.SimpleNamespace(sigma_bracket=None, sigma_source=None, tuning_on_private_data="unknown",
+                                     tuning_note="settings chosen by the TRL user; privcheck cannot tell whether "
+                                                 "they were tuned on private data")
+        privacy = privacy_block(self.plan, shim, target_epsilon=cfg.target_epsilon)
+        privacy["assumptions"] = assumptions_block(types.SimpleNamespace(rollout_backend=None,
+                                                                         randomness=self.randomness))
+        tok = getattr(self._tokenizer, "backend_tokenizer", None)
+        tok_text = tok.to_str() if tok is not None else repr(sorted(self._tokenizer.get_vocab().items()))
+        funcs = [f for f in self.reward_funcs if callable(f) and not isinstance(f, torch.nn.Module)]
+        name = getattr(self.model.config, "_name_or_path", "") or ""
+        public_inputs = {
+            "preset": {"source": "trl", "trainer": type(self).__name__, "trl_args": _public_args(self.args)},
+            "preset_name": "trl", "reduced": False,
+            "base_model": {"kind": "local" if name else "config", "name_or_path": name,
+                           "sha256": self._init_hashes["base"]},
+            "tokenizer_sha256": sha256_bytes(tok_text.encode()),
+            "lora_init": "the trainable parameters at construction (TRL/PEFT initialisation under args.seed)",
+            "lora_init_sha256": self._init_hashes["lora"], "param_layout_sha256": self.space.layout_sha256,
+            "trainable_parameters": self.space.dim, "trainable_tensors": len(self.space),
+            "verifier": ", ".join(self.reward_func_names),
+            "verifier_sha256": sha256_bytes("".join(verifier_sha256(f) for f in funcs).encode()),
+            "public_pretraining": {"steps": 0}, "slot_universe": {"n": cfg.n, "content": "private (not recorded)"},
+            "rollout_mode": {"requested": "isolated", "used": "isolated",
+                             "note": "TRL generation of one prompt at a time (no cross-prompt padding)"}}
+        evaluation = {"set": "public", "metric": "sampled_accuracy", "prompts": len(self.eval_dataset),
+                      "samples_per_prompt": self.num_generations, "tau": cfg.tau,
+                      "note": "mean reward normalised to [0, 1] by dp_reward_range (the accuracy for 0/1 rewards)",
+                      "before": self.evaluation_curve[0]["accuracy"], "after": self.evaluation_curve[-1]["accuracy"],
+                      "curve": list(self.evaluation_curve)}
+        private_bytes = "".join(json.dumps(jsonable(e), sort_keys=True, allow_nan=False) + "\n"
+                                for e in self.private_telemetry).encode()
+        weights = save({k: t.detach().to("cpu").contiguous()
+                        for k, t in zip(self.space.names, self.space.params)})
+        stem, priv_rel, weights_rel = f"run-dp_grpo-{label}", f"private/run-dp_grpo-{label}.jsonl", \
+            f"lora-dp_grpo-{label}.safetensors"
+        doc = {"schema": RUN_SCHEMA_ID, "run_id": uuid.uuid4().hex, "created_utc": utc_now(), "status": status,
+               "stop_reason": None if status == "complete" else f"stopped after {self.t} of {cfg.T} steps",
+               "arm": "dp_grpo", "replicate": label,
+               "privacy_release": bool(self.privacy_release and status == "complete" and ver["status"] == "pass"),
+               "release_blockers": blockers, "config": {**cfg.to_json(), "sha256": cfg.sha256()},
+               "public_inputs": public_inputs, "privacy": privacy, "public_telemetry": list(self.public_telemetry),
+               "private_telemetry_ref": {"path": priv_rel, "sha256": sha256_bytes(private_bytes), "mode": "0600"},
+               "released_weights": {"path": weights_rel, "sha256": sha256_bytes(weights),
+                                    "format": "safetensors (trainable parameters only)"},
+               "evaluation": evaluation,
+               "timing": {"covered_by_guarantee": False, "total_s": 0.0, "median_round_s": None,
+                          "private_over_nonprivate": None, "note": "not measured by the TRL trainer"},
+               "environment": environment_block(types.SimpleNamespace(device=self.space.params[0].device.type),
+                                                self, torch.are_deterministic_algorithms_enabled()),
+               "verification": ver, "randomness": self.randomness.to_json()}
+        with ArtifactDirectory(out) as staging:
+            staging.mkdir("private", mode=0o700)
+            staging.write_bytes(priv_rel, private_bytes, mode=0o600)
+            staging.write_bytes(weights_rel, weights)
+            return staging.write_json(f"{stem}.json", jsonable(doc), schema=RUN_SCHEMA)
+
+    # ------------------------------------------------------------------ checks
+
+    def fresh_copy(self, train_dataset, seed: int | None) -> "DPGRPOTrainer":
+        """A new trainer from the same initial model and settings on `train_dataset`, with the same public n and
+        σ, seeded with `seed` (not a privacy release; None: OS entropy); used by the checks."""
+        parts = dict(self._init_parts)
+        parts["model"] = copy.deepcopy(parts["model"])
+        args = copy.copy(parts["args"])     # not dataclasses.replace: GRPOConfig's post-init is not idempotent
+        args.dp_seed, args.dp_num_records = seed, self.dp_config.n
+        args.dp_noise_multiplier, args.dp_target_epsilon = self.dp_config.sigma, None
+        parts["args"] = args
+        return type(self)(train_dataset=train_dataset, **parts)
+
+    def privcheck_bindings(self, **options):
+        """`privcheck.integrations.trl.bindings_for(self, **options)`: the checks' bindings for this trainer."""
+        from privcheck.integrations.trl import bindings_for
+
+        return bindings_for(self, **options)

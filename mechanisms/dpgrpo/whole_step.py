@@ -1,0 +1,134 @@
+"""Whole-step bindings of the reference `DPTrainer` (docs/whole_step.md): the checks of
+`privcheck.checks.whole_step` drive the real `DPTrainer.step` on fresh trainers built on neighbouring universes.
+
+`whole_step_bindings(fixture=None, trainer_cls=DPTrainer, **config)` returns a `WholeStepBindings` with
+removal = "absent": a fixed universe of n = n_records + 1 slots (slot n_records is the addition's), absent slots
+hold None. Each `build(dataset, seed)` deep-copies the pristine float64 model of the fixture
+(`fixtures.reference_fixture`: tiny GPT-2, LoRA off the reference, Replay rollouts of the addition task), builds a
+`trainer_cls` with seeded randomness `seed` (so two builds with one seed draw the same coins for every slot and
+the same noise; Replay rollouts are deterministic), and returns a `StepRun` whose `step` is the trainer's own
+`step`. Observation only, never a change of what the step computes:
+
+- `install_update_hook` = `trainer.add_update_hook` (ĝ right after privatize);
+- `public_outputs` = the trainer's `public_telemetry` and round counter `t` (the step's return value is compared
+  as well);
+- `sampled` = the slots of the round's batch, captured by wrapping this universe instance's `batch` (line 3);
+- `per_record` = slot -> {"scores": the record's rewards, "clipped": its clipped contribution, "loss", "kl"},
+  captured by wrapping this trainer instance's `score` and `contributions` (lines 5 and 7) and read from its
+  private telemetry.
+
+Cheap by design: 2 base records + 1 addition, q = 2/3 (m = 2 of 3 slots, divisor 2), G = 4, L_max = 6, AdamW;
+C = 0.2 is below every record's gradient norm on the fixture (0.3–0.7), so every contribution is clipped and
+the sensitivity ratio sits at 1 (the bound is tight).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from mechanisms.dpgrpo.trainer import DPTrainer
+from privcheck.errors import InvalidParameter
+
+__all__ = ["WHOLE_STEP_LAYOUT", "whole_step_bindings", "whole_step_fixture"]
+
+WHOLE_STEP_LAYOUT = {"n_records": 2, "G": 4, "L_max": 6, "m": 2, "T": 10, "sigma": 1.0, "C": 0.2, "lr": 0.05,
+                     "optimizer": "adamw", "seeds": 6}
+
+
+def whole_step_fixture(seed: int = 0, *, n_records: int = WHOLE_STEP_LAYOUT["n_records"]):
+    """The float64 reference fixture (`fixtures.reference_fixture`) with n_records + 1 records (the last one is the
+    addition), G and L_max of `WHOLE_STEP_LAYOUT`."""
+    from mechanisms.dpgrpo.fixtures import reference_fixture
+
+    L = WHOLE_STEP_LAYOUT
+    return reference_fixture(n_records=n_records + 1, G=L["G"], L_max=L["L_max"], seed=seed)
+
+
+def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int | None = None,
+                        seeds: int | None = None, seed: int = 0, **config):
+    """A `privcheck.checks.whole_step.WholeStepBindings` for `trainer_cls` (a DPTrainer or subclass) on the
+    float64 fixture (built with `whole_step_fixture(seed)` when None). `config` overrides the `DPGRPOConfig`
+    fields of `WHOLE_STEP_LAYOUT` (n is fixed: n_records + 1 slots)."""
+    from mechanisms.dpgrpo.config import DPGRPOConfig
+    from mechanisms.dpgrpo.records import SlotUniverse
+    from mechanisms.dpgrpo.tasks import reward
+    from privcheck.checks.whole_step import StepRun, WholeStepBindings
+
+    L = WHOLE_STEP_LAYOUT
+    n_records = L["n_records"] if n_records is None else n_records
+    if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 2:
+        raise InvalidParameter("n_records", n_records, "an integer >= 2")
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, DPTrainer)):
+        raise InvalidParameter("trainer_cls", trainer_cls, "DPTrainer or a subclass")
+    if "n" in config:
+        raise InvalidParameter("n", config["n"], f"not set: the universe has n_records + 1 = {n_records + 1} slots")
+    if fixture is None:
+        fixture = whole_step_fixture(seed, n_records=n_records)
+    model, tok, records, replay = fixture
+    records = list(records)
+    if len(records) < n_records + 1:
+        raise InvalidParameter("fixture", len(records), f"a fixture with at least {n_records + 1} records")
+    n = n_records + 1
+    kwargs = dict(n=n, m=L["m"], T=L["T"], sigma=L["sigma"], C=L["C"], G=L["G"], L_max=L["L_max"],
+                  optimizer=L["optimizer"], lr=L["lr"], randomness=0, rollout_mode="replay", precision="float64")
+    kwargs.update(config)
+    base_config = DPGRPOConfig(**kwargs)       # validated before any build
+    pristine = copy.deepcopy(model)
+
+    def build(dataset, run_seed):
+        dataset = list(dataset)
+        if len(dataset) != n:
+            raise InvalidParameter("dataset", len(dataset), f"{n} slots (fixed universe, removal='absent')")
+        present = torch.tensor([x is not None for x in dataset], dtype=torch.bool)
+        universe = SlotUniverse(n, present, dataset)
+        trainer = trainer_cls(copy.deepcopy(pristine), tok, universe, base_config.replace(randomness=int(run_seed)),
+                              reward, rollout_backend=replay)
+        seen = {"batch": None, "scores": None, "clipped": None}
+        universe_batch, trainer_score, trainer_contributions = universe.batch, trainer.score, trainer.contributions
+
+        def batch(coins):
+            out = universe_batch(coins)
+            seen.update(batch=list(out), scores=None, clipped=None)
+            return out
+
+        def score(recs, groups):
+            out = trainer_score(recs, groups)
+            seen["scores"] = [None if g is None or g.rewards is None else g.rewards.clone() for g in out]
+            return out
+
+        def contributions(items, **kw):
+            out = trainer_contributions(items, **kw)
+            seen["clipped"] = [v.detach().clone() for v in out]
+            return out
+
+        universe.batch, trainer.score, trainer.contributions = batch, score, contributions
+
+        def sampled():
+            return list(seen["batch"] or [])
+
+        def per_record():
+            slots = seen["batch"] or []
+            if not slots:
+                return {}
+            private = trainer.private_telemetry[-1]["records"]
+            out = {}
+            for k, slot in enumerate(slots):
+                entry = {"scores": seen["scores"][k], "clipped": seen["clipped"][k]}
+                if k < len(private):
+                    entry.update({key: private[k][key] for key in ("loss", "kl") if key in private[k]})
+                out[slot] = entry
+            return out
+
+        def public_outputs():
+            return {"public_telemetry": [dict(e) for e in trainer.public_telemetry], "t": trainer.t}
+
+        return StepRun(step=trainer.step, model=trainer.model, optimizer=trainer.optimizer,
+                       private_parameters=list(trainer.space.names), install_update_hook=trainer.add_update_hook,
+                       public_outputs=public_outputs, sampled=sampled, per_record=per_record)
+
+    return WholeStepBindings(build=build, records=records[:n_records], addition=records[n_records],
+                             clip_norm=float(base_config.C), divisor=base_config.q * n,
+                             noise_multiplier=float(base_config.sigma), sampling_rate=base_config.q, removal="absent",
+                             absent=None, seeds=L["seeds"] if seeds is None else seeds)

@@ -1,0 +1,180 @@
+"""What every training check shares: the bindings (`SuiteBindings`), the result wrapper and float64 helpers.
+
+A check is `check_<name>(b: SuiteBindings, precision=None, **options) -> CheckResult` of suite "dpgrpo":
+
+- a binding the check needs is missing → status "skipped" with the names of the missing fields (never "pass");
+- a bound callable raises → status "error" with the exception text;
+- otherwise "pass"/"fail" from the comparison with an *independent* reference, under the tolerance the check's
+  docstring states for the precision (`privcheck.checks.precision`).
+
+This module is the leaf the check modules import (`privcheck.checks.dpsgd`, `.grpo`, `.whole_step`,
+`.catalogue`); `privcheck.checks.training` re-exports it. It imports torch lazily, inside functions.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from privcheck.artifacts.records import CheckResult
+from privcheck.errors import PrivcheckError
+
+__all__ = ["SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout", "evaluate",
+           "max_abs", "need", "ref_clip", "value_of"]
+
+SUITE = "dpgrpo"
+
+
+class DropoutEnabled(PrivcheckError, ValueError):
+    """A check was given a model with a dropout probability > 0 (breaks V4, V6, V7, V8: a random dropout
+    mask makes one record's gradient differ between two evaluations, so no bit-identity comparison can hold)."""
+
+
+class SkipCheck(Exception):
+    """Raised inside a check when a binding it needs is missing."""
+
+
+@dataclass
+class SuiteBindings:
+    """User-supplied callables and fixtures for the checks (docs/dpgrpo.md, "Pointing the checks at your own
+    trainer"). Every field is optional."""
+
+    # entry points
+    sample: Callable | None = None
+    advantages: Callable | None = None
+    prompt_loss: Callable | None = None
+    token_logprobs: Callable | None = None
+    record_gradient: Callable | None = None
+    record_loss_and_grad: Callable | None = None
+    contributions: Callable | None = None
+    clipped_sum: Callable | None = None
+    privatize: Callable | None = None
+    noisy_update: Callable | None = None
+    private_update: Callable | None = None
+    flat_update: Callable | None = None
+    clip: Callable | None = None
+    make_randomness: Callable | None = None
+    epsilon_pld: Callable | None = None
+    epsilon_rdp: Callable | None = None
+    calibrate_sigma: Callable | None = None
+    # fixtures
+    items: Sequence | None = None
+    additions: Sequence | None = None
+    make_gradient_record: Callable | None = None
+    perturb: Callable | None = None
+    constant_items: Sequence | None = None
+    reference_record_gradient: Callable | None = None
+    chunk_item: Any = None
+    initial_params: Any = None
+    model: Any = None
+    logprob_cases: Sequence | None = None
+    # metadata
+    C: float | None = None
+    q: float | None = None
+    n: int | None = None
+    sigma: float | None = None
+    dim: int | None = None
+    G: int | None = None
+    beta: float | None = None
+    target: str = ""
+    # whole-step checks (privcheck.checks.whole_step): a `WholeStepBindings` that builds fresh runs of the
+    # user's real training step on neighbouring datasets
+    whole_step: Any = None
+    # the user's own accounting, compared with privcheck's PLD by `accountant_agreement`: the event describing
+    # the run (a PoissonGaussianEvent or CompositionHistory at the user's q, σ, T), δ, and the ε the user's
+    # accountant reports (a float, or a callable () -> float)
+    accountant_event: Any = None
+    delta: float | None = None
+    user_epsilon: Any = None
+    # the precision the bound trainer computes in ("float64", "float32" or "bfloat16"); selects the tolerances
+    # of every check when the run does not name one
+    precision: str | None = None
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def assert_no_dropout(model) -> None:
+    """Raise `DropoutEnabled` if `model` has any dropout probability > 0 (modules or config attributes)."""
+    if model is None:
+        return
+    import torch
+
+    bad = []
+    if isinstance(model, torch.nn.Module):
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
+                bad.append(f"{name or type(mod).__name__}.p={mod.p}")
+    config = getattr(model, "config", None)
+    if config is not None:
+        attrs = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+        for key, value in attrs.items():
+            if ("drop" in key.lower()) and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value > 0:
+                bad.append(f"config.{key}={value}")
+    if bad:
+        raise DropoutEnabled("checks need every dropout probability to be 0 (random masks break bit identity); found: "
+                             + ", ".join(bad[:8]))
+
+
+def need(b: SuiteBindings, *names: str) -> None:
+    """Raise `SkipCheck` naming every field of `names` that `b` leaves unbound (None)."""
+    missing = [n for n in names if getattr(b, n) is None]
+    if missing:
+        raise SkipCheck("missing binding(s): " + ", ".join(missing))
+
+
+def value_of(x) -> float:
+    """A float from a number or from a record with `.value` (an `AccountingRecord`, a `Calibration`)."""
+    return float(getattr(x, "value", x))
+
+
+def evaluate(name: str, precision: str, reference: str, inputs: dict, fn: Callable[[], dict]) -> CheckResult:
+    """`fn()` returns dict(passed, observed, expected, tolerance, message)."""
+    start = time.perf_counter()
+    try:
+        out = fn()
+        return CheckResult(name=name, suite=SUITE, passed=bool(out["passed"]), observed=out["observed"],
+                           expected=out["expected"], tolerance=out["tolerance"], reference=reference,
+                           inputs=inputs, message=out.get("message", ""), seconds=time.perf_counter() - start,
+                           precision=precision)
+    except SkipCheck as exc:
+        return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
+                           reference=reference, inputs=inputs, message=f"skipped: {exc}",
+                           seconds=time.perf_counter() - start, status="skipped", precision=precision)
+    except DropoutEnabled:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a raising callable is an "error" result, never a pass
+        return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
+                           reference=reference, inputs=inputs,
+                           message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+                           seconds=time.perf_counter() - start, status="error", precision=precision)
+
+
+def ref_clip(v, C):
+    """Independent float64 transcription of clip_C (Algorithm 1, line 7): v·min(1, C/‖v‖), non-finite → 0."""
+    import torch
+
+    x = v.detach().to(torch.float64)
+    if not bool(torch.isfinite(x).all()):
+        return torch.zeros_like(x)
+    norm = math.sqrt(float((x * x).sum()))
+    if not math.isfinite(norm):
+        return torch.zeros_like(x)
+    return x * (C / norm) if norm > C else x.clone()
+
+
+def as_f64(x):
+    """`x` detached, flattened and in float64 (the dtype every reference comparison is made in)."""
+    import torch
+
+    return x.detach().to(torch.float64).reshape(-1)
+
+
+def max_abs(a, b) -> float:
+    """max |a − b| elementwise in float64 (0 for empty tensors)."""
+    if a.numel() == 0:
+        return 0.0
+    return float((as_f64(a) - as_f64(b)).abs().max())

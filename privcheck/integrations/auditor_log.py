@@ -1,0 +1,54 @@
+"""The auditor's private log of a canary audit: JSON lines in a file created with mode 0600.
+
+Each `append_line(path, obj)` opens the file with O_CREAT | O_APPEND | O_NOFOLLOW (a symlink is refused), makes
+sure it is a regular file with mode 0600 (fchmod otherwise) and writes the whole line through one append-mode
+descriptor, so lines written by concurrent writers are not interleaved. Objects go through
+`privcheck.serialization.jsonable`, so non-finite floats are written as the strings "nan", "inf", "-inf"; the keys
+are sorted. `read_log(path)` is the auditor's reader (docs/audits.md describes the audits that read such logs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+from privcheck.errors import InvalidParameter
+from privcheck.serialization import jsonable
+
+__all__ = ["LOG_MODE", "append_line", "check_log_path", "read_log"]
+
+LOG_MODE = 0o600
+
+
+def check_log_path(path) -> str:
+    """The log path as a string (InvalidParameter unless it is a non-empty path)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise InvalidParameter("log_path", path, "a file path (the auditor's private log)")
+    return os.fspath(path)
+
+
+def append_line(path, obj: dict) -> None:
+    """Append `obj` as one JSON line to the private log at `path` (created 0600; see the module docstring)."""
+    path = check_log_path(path)
+    line = (json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, LOG_MODE)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidParameter("log_path", path, "a regular file")
+        if stat.S_IMODE(st.st_mode) != LOG_MODE:
+            os.fchmod(fd, LOG_MODE)
+        view = memoryview(line)
+        while view:
+            k = os.write(fd, view)
+            view = view[k:]
+    finally:
+        os.close(fd)
+
+
+def read_log(path) -> list[dict]:
+    """The log's JSON lines, in order."""
+    with open(check_log_path(path), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

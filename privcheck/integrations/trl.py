@@ -1,0 +1,246 @@
+"""privcheck for TRL: `bindings_for(trainer)` binds the checks to a `trl.GRPOTrainer` (docs/integrations/trl.md).
+
+```python
+bindings = bindings_for(trainer)          # or trainer.privcheck_bindings() on a DP trainer
+results = run_suite(bindings)
+```
+
+Two kinds of trainer are recognised:
+
+- a **DP GRPO trainer** (duck-typed: it has `dp_config`, `prompt_contribution`, `fresh_copy`, `add_update_hook`,
+  `sample_coins`, `clip`, `privatize`, `step`, `last_sampled`, `last_contributions`, `private_parameters`,
+  `privacy_claim` — the protocol of `DPGRPOTrainer` in `mechanisms.dpgrpo.trl`): record isolation through the
+  trainer's own per-prompt path, the whole-step checks on fresh seeded copies driving `trainer.step` itself, the
+  sampler, clip and noise of the trainer, and the accountant fields from its privacy plan;
+- any other **plain `GRPOTrainer`**: record isolation through TRL's batched path (`_generate_and_score_completions`
+  on the batch, then `compute_loss` with only one prompt's rows in the loss mask), so the coupling of prompts by
+  padding and batch statistics is visible; nothing else is bound (it adds no noise and has no accountant).
+
+A record is a `PromptItem`: a dataset row and the seed of its rollout randomness (so evaluating it twice is
+bit-identical). TRL and torch are imported inside the functions; importing this module needs neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from privcheck.errors import InvalidParameter
+
+__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "PromptItem", "bindings_for", "default_perturb", "is_dp_trainer",
+           "precision_of"]
+
+CHECK_RECORDS = 3        # default number of the dataset's rows the checks use (items, whole-step D)
+ITEM_SEED = 7919         # rollout seed of the k-th check item: ITEM_SEED + k (public, check mode only)
+DP_PROTOCOL = ("dp_config", "prompt_contribution", "fresh_copy", "add_update_hook", "sample_coins", "clip",
+               "privatize", "step", "last_sampled", "last_contributions", "private_parameters", "privacy_claim")
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One privacy record of the checks: a dataset row (with its "prompt") and its rollout seed."""
+
+    row: Mapping
+    seed: int
+
+
+def is_dp_trainer(trainer) -> bool:
+    """True when `trainer` implements the DP GRPO trainer protocol (`DP_PROTOCOL`)."""
+    return all(hasattr(trainer, name) for name in DP_PROTOCOL)
+
+
+def _perturb_prompt(prompt):
+    if isinstance(prompt, str):
+        return prompt + prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        last = dict(prompt[-1])
+        last["content"] = last.get("content", "") * 2
+        return prompt[:-1] + [last]
+    raise InvalidParameter("prompt", type(prompt).__name__, "a str or a list of chat messages (or pass perturb=)")
+
+
+def default_perturb(item: PromptItem) -> PromptItem:
+    """The same record with its prompt repeated twice (a longer prompt: other padding, other rollouts)."""
+    row = dict(item.row)
+    row["prompt"] = _perturb_prompt(row["prompt"])
+    return PromptItem(row, item.seed)
+
+
+def precision_of(model) -> str:
+    """The precision the checks assume for `model`: "float64" when every trainable tensor is float64,
+    "bfloat16" when the frozen floating tensors are bfloat16, else "float32"."""
+    import torch
+
+    params = list(model.parameters())
+    trainable = {p.dtype for p in params if p.requires_grad}
+    frozen = {p.dtype for p in params if not p.requires_grad and p.is_floating_point()}
+    if trainable == {torch.float64} and frozen <= {torch.float64}:
+        return "float64"
+    if torch.bfloat16 in trainable | frozen or torch.float16 in trainable | frozen:
+        return "bfloat16"
+    return "float32"
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """The global torch RNG (which TRL's generation uses) forked and seeded; restored on exit."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _clip(v, C: float):
+    """v·min(1, C/‖v‖) with the norm in float64; a non-finite vector → 0 (the plain trainer has no clip)."""
+    import torch
+
+    x = v.detach().to(torch.float64)
+    norm = float(torch.linalg.vector_norm(x))
+    if not math.isfinite(norm):
+        return torch.zeros_like(v)
+    return (x * (C / norm)).to(v.dtype) if norm > C else v.detach().clone()
+
+
+def _rows(trainer, records) -> list[dict]:
+    if records is not None:
+        return [dict(r) for r in records]
+    ds = trainer.train_dataset
+    if ds is None or len(ds) < 1:
+        raise InvalidParameter("records", None, "rows for the checks (the trainer has no train_dataset)")
+    return [dict(ds[i]) for i in range(min(CHECK_RECORDS, len(ds)))]
+
+
+# ------------------------------------------------------------------------------------- plain GRPOTrainer
+
+def _plain_contributions(trainer, items: Sequence[PromptItem], C: float, clip: bool = True) -> list:
+    """Each prompt's gradient as TRL's batched training path computes it: one `_generate_and_score_completions`
+    of the whole batch (each row repeated num_generations times, as TRL's sampler does; the first item's seed
+    for generation), then per prompt `compute_loss` on the batch with the other prompts' rows masked out."""
+    import torch
+
+    G = trainer.num_generations
+    model = trainer.model
+    params = [p for _, p in sorted(model.named_parameters(), key=lambda kv: kv[0]) if p.requires_grad]
+    inputs = [dict(it.row) for it in items for _ in range(G)]
+    was_training = model.training
+    model.train()
+    if not hasattr(trainer, "current_gradient_accumulation_steps"):
+        trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    try:
+        with _seeded(items[0].seed):
+            batch = trainer._generate_and_score_completions(inputs)
+            out = []
+            for k in range(len(items)):
+                rows = torch.zeros(len(inputs), dtype=batch["completion_mask"].dtype,
+                                   device=batch["completion_mask"].device)
+                rows[k * G:(k + 1) * G] = 1
+                one = dict(batch)
+                one["completion_mask"] = batch["completion_mask"] * rows[:, None]
+                loss = trainer.compute_loss(model, one)
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1)
+                                  for p, g in zip(params, grads)]).detach()
+                out.append(_clip(flat, C) if clip else flat)
+    finally:
+        model.train(was_training)
+    return out
+
+
+# ------------------------------------------------------------------------------------- DP GRPO trainer
+
+def _dp_contribution(trainer, item: PromptItem):
+    with _seeded(item.seed):
+        return trainer.prompt_contribution(dict(item.row))
+
+
+def _empty_like(train_dataset, rows):
+    from datasets import Dataset
+
+    if rows:
+        return Dataset.from_list([dict(r) for r in rows])
+    return Dataset.from_dict({c: [] for c in train_dataset.column_names})
+
+
+def _whole_step(trainer, rows, addition, seeds):
+    from privcheck.checks.whole_step import StepRun, WholeStepBindings
+
+    cfg = trainer.dp_config
+
+    def build(dataset, seed):
+        run = trainer.fresh_copy(_empty_like(trainer.train_dataset, list(dataset)), seed)
+        return StepRun(
+            step=run.step, model=run.model, optimizer=run.optimizer,
+            private_parameters=list(run.private_parameters), install_update_hook=run.add_update_hook,
+            public_outputs=lambda: {"log_history": list(run.state.log_history),
+                                    "metrics": {k: list(v) for k, v in run._metrics["train"].items()},
+                                    "global_step": run.state.global_step},
+            sampled=lambda: list(run.last_sampled),
+            per_record=lambda: {i: {"scores": c.rewards, "clipped": c.clipped}
+                                for i, c in run.last_contributions.items()})
+
+    return WholeStepBindings(build=build, records=rows, addition=addition, clip_norm=cfg.C, divisor=cfg.divisor,
+                             noise_multiplier=cfg.sigma, sampling_rate=cfg.q, removal="drop", seeds=seeds)
+
+
+def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition: Mapping | None = None,
+                 perturb: Callable | None = None, seeds: int = 16, clip_norm: float | None = None,
+                 precision: str | None = None):
+    """`SuiteBindings` for a TRL `GRPOTrainer` (module docstring).
+
+    `records`: the dataset rows the checks use (default the first `CHECK_RECORDS` rows of train_dataset; at
+    least 3); `addition`: the row added in the whole-step neighbours (default `perturb` of the last record's
+    row); `perturb(item) -> item` for V6 (default `default_perturb`: the prompt repeated); `seeds`: trials per
+    whole-step neighbouring pair; `clip_norm`: C of the plain trainer's contributions (default its
+    max_grad_norm, else 1.0); `precision`: default `precision_of(trainer.model)`."""
+    from privcheck.checks.common import SuiteBindings
+
+    rows = _rows(trainer, records)
+    if len(rows) < 3:
+        raise InvalidParameter("records", len(rows), "at least 3 rows (record isolation uses three)")
+    if not all("prompt" in r for r in rows):
+        raise InvalidParameter("records", [sorted(r) for r in rows][:3], "rows with a 'prompt' field")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise InvalidParameter("seeds", seeds, "a positive int")
+    perturb = default_perturb if perturb is None else perturb
+    if not callable(perturb):
+        raise InvalidParameter("perturb", perturb, "a callable PromptItem -> PromptItem")
+    items = [PromptItem(r, ITEM_SEED + k) for k, r in enumerate(rows)]
+    if addition is None:
+        addition = dict(perturb(PromptItem(rows[-1], ITEM_SEED)).row)
+    if precision is None:
+        mixed = bool(getattr(trainer.args, "bf16", False) or getattr(trainer.args, "fp16", False))
+        precision = "bfloat16" if mixed else precision_of(trainer.model)   # TRL autocasts the forward passes
+    common = dict(items=items, perturb=perturb, model=trainer.model, G=trainer.num_generations,
+                  beta=float(trainer.beta), precision=precision)
+
+    if not is_dp_trainer(trainer):
+        C = clip_norm if clip_norm is not None else (getattr(trainer.args, "max_grad_norm", None) or 1.0)
+        return SuiteBindings(
+            record_gradient=lambda it: _plain_contributions(trainer, [it], C, clip=False)[0],
+            contributions=lambda its: _plain_contributions(trainer, list(its), C), C=float(C),
+            target=f"trl:{type(trainer).__name__} (batched path)", **common)
+
+    cfg, plan = trainer.dp_config, trainer.dp_config.plan
+    named = dict(trainer.model.named_parameters())
+    dim = sum(named[k].numel() for k in trainer.private_parameters)
+
+    sampler = trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), 0)
+
+    def make_randomness(seed=None, release=False):
+        # a fresh trainer is the randomness handle: its own coins (sample_coins), noise (privatize), release flag
+        if release and seed is not None:
+            raise InvalidParameter("seed", seed, "None: a release-mode trainer refuses a seed")
+        return trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), seed)
+    return SuiteBindings(
+        record_gradient=lambda it: _dp_contribution(trainer, it).gradient,
+        contributions=lambda its: [_dp_contribution(trainer, it).clipped for it in its],
+        sample=lambda n, q: sampler.sample_coins(n, q),
+        clip=lambda v, C: trainer.clip(v, C), make_randomness=make_randomness,
+        privatize=lambda S, *, sigma, C, q, n: sampler.privatize(S, sigma=sigma, C=C, q=q, n=n),
+        whole_step=_whole_step(trainer, rows, dict(addition), seeds),
+        accountant_event=plan.event, delta=plan.delta, user_epsilon=lambda: trainer.privacy_claim["epsilon"],
+        C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=dim,
+        target=f"trl:{type(trainer).__name__}", **common)
