@@ -118,7 +118,7 @@ def test_construction_is_validated():
 
 
 def test_torch_generator_matches_a_manually_seeded_one():
-    torch = pytest.importorskip("torch")
+    import torch
     p = RandomnessPolicy.seeded(3, namespace="privcheck.dpgrpo")
     g = p.torch_generator("coins")
     ref = torch.Generator(device="cpu").manual_seed(derive_seed(3, "coins", "privcheck.dpgrpo"))

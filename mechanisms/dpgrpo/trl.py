@@ -53,9 +53,10 @@ class DPGRPOTrainerConfig(GRPOConfig):
 
     `loss_type` defaults to "grpo" (TRL's default "dapo" normalises by the batch's token count and is refused).
     Exactly one of `dp_noise_multiplier` (σ) and `dp_target_epsilon` (σ calibrated by the accountant) is given;
-    `dp_delta` defaults to 1/(10n); `dp_num_records` (the public n of the divisor q·n) defaults to
-    len(train_dataset); `dp_reward_range` is the declared public range rewards are clamped to; `dp_seed`: None
-    for OS-entropy randomness (a privacy release), an int for a reproducible run that is not a release."""
+    `dp_delta` defaults to 1/(10n); `dp_num_records` (the public n of the divisor q·n, at least the dataset's
+    length) is required: it must not be read from the data; `dp_reward_range` is the declared public range
+    rewards are clamped to; `dp_seed`: None for OS-entropy randomness (a privacy release), an int for a
+    reproducible run that is not a release."""
 
     loss_type: str = field(default="grpo", metadata={"help": "only 'grpo' (per-prompt normalisation) is allowed"})
     dp_clip_norm: float | None = field(default=None, metadata={"help": "C: per-prompt clip norm"})
@@ -64,7 +65,7 @@ class DPGRPOTrainerConfig(GRPOConfig):
     dp_sampling_rate: float | None = field(default=None, metadata={"help": "q: Poisson rate per prompt"})
     dp_delta: float | None = field(default=None, metadata={"help": "δ (default 1/(10n))"})
     dp_steps: int | None = field(default=None, metadata={"help": "T: accounted number of steps"})
-    dp_num_records: int | None = field(default=None, metadata={"help": "public n (default len(train_dataset))"})
+    dp_num_records: int | None = field(default=None, metadata={"help": "public n (required)"})
     dp_reward_range: tuple = field(default=(0.0, 1.0), metadata={"help": "public [lo, hi] rewards are clamped to"})
     dp_seed: int | None = field(default=None, metadata={"help": "None: OS entropy (release); int: seeded"})
 
@@ -156,9 +157,12 @@ def dp_config_for(args, train_dataset, peft_config=None) -> DPGRPOConfig:
     names = getattr(train_dataset, "column_names", None)
     if names is not None and "prompt" not in names:
         _refuse("train_dataset", names, "a dataset with a 'prompt' column")
-    n = args.dp_num_records if args.dp_num_records is not None else len(train_dataset)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        _refuse("dp_num_records", n, "a positive int (the public number of records n)")
+    # n enters the divisor q·n, δ = 1/(10n) and a calibrated σ: it is the public capacity, fixed before the data
+    # is seen, never read from the dataset (whose size is private under add/remove neighbours)
+    n = args.dp_num_records
+    if isinstance(n, bool) or not isinstance(n, int) or n < max(1, len(train_dataset)):
+        _refuse("dp_num_records", n, f"an int >= len(train_dataset) = {len(train_dataset)} (the public number of "
+                "records n, fixed before seeing the data; required)")
     q = args.dp_sampling_rate
     if not _real(q) or not 0 < q <= 1:
         _refuse("dp_sampling_rate", q, "a float in (0, 1] (the public Poisson sampling rate q)")
@@ -324,10 +328,27 @@ class DPGRPOTrainer(GRPOTrainer):
         return core.clip_flat(v, self.dp_config.C if C is None else C)
 
     def privatize(self, S, *, sigma=None, C=None, q=None, n=None) -> torch.Tensor:
-        """(S + N(0, σ²C²)) / (q·n) with the private noise generator (line 8); defaults: the run's σ, C, q, n."""
+        """(S + N(0, σ²C²)) / (q·n) with the private noise generator (line 8); defaults: the run's σ, C, q, n.
+        An explicit `sigma=0` (no noise: S/(q·n)) is accepted only by a seeded trainer, for the checks; the run's
+        own σ is always > 0."""
         cfg = self.dp_config
-        return core.privatize(S, cfg.sigma if sigma is None else sigma, cfg.C if C is None else C,
-                              cfg.q if q is None else q, cfg.n if n is None else n, self.randomness.noise)
+        sigma = cfg.sigma if sigma is None else sigma
+        nonprivate = sigma == 0 and not self.privacy_release      # check mode only; a release refuses σ = 0
+        return core.privatize(S, sigma, cfg.C if C is None else C, cfg.q if q is None else q,
+                              cfg.n if n is None else n, self.randomness.noise, nonprivate=nonprivate)
+
+    def clipped_sum(self, clipped) -> torch.Tensor:
+        """Line 7's sum S = Σ_i clip_C(g_i) of the given clipped contributions, in order, in the dtype of the
+        trainable parameters (what `step()` adds up)."""
+        S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.space.params[0].device)
+        for c in clipped:
+            S = S + c
+        return S
+
+    def noisy_update(self, clipped, **overrides) -> torch.Tensor:
+        """ĝ = privatize(clipped_sum(clipped)) (lines 7–8, as `step()` forms it); `overrides` (sigma, C, q, n) are
+        those of `privatize`."""
+        return self.privatize(self.clipped_sum(clipped), **overrides)
 
     def add_update_hook(self, fn) -> None:
         """`fn(ĝ) -> ĝ'` applied to the noisy update right after `privatize` (used by the whole-step checks)."""
@@ -348,16 +369,23 @@ class DPGRPOTrainer(GRPOTrainer):
         self._pending_metrics.clear()      # reward functions' own logs are private: never released
         return r.clamp(lo, hi)
 
-    def _advantages(self, rewards) -> torch.Tensor:
+    def advantages(self, rewards) -> torch.Tensor:
+        """Advantages of one prompt's group from its own G rewards: eq. (2) (`scale_rewards="group"`), or the
+        group mean removed (`"none"`); a constant group gives exactly 0."""
         if self.scale_rewards == "group":
             return core.group_advantages(rewards)
         if bool((rewards == rewards[0]).all()):
             return torch.zeros_like(rewards)
         return rewards - rewards.mean()
 
-    def prompt_contribution(self, row) -> PromptContribution:
+    def prompt_loss(self, logp, ref_logp, mask, advantages, beta) -> torch.Tensor:
+        """The per-prompt loss of eq. (7) (`core.prompt_loss`: token mean per completion, mean over the G)."""
+        return core.prompt_loss(logp, ref_logp, mask, advantages, beta)
+
+    def prompt_contribution(self, row, *, rewards=None) -> PromptContribution:
         """Lines 4–7 for one dataset row alone: G completions, rewards, eq. (2) advantages, eq. (7) loss, one
-        backward, one clip. Draws rollout randomness from the global torch RNG (the callers fork and seed it)."""
+        backward, one clip. Draws rollout randomness from the global torch RNG (the callers fork and seed it).
+        `rewards` (checks only; `step()` never passes it): the G rewards to use instead of `reward_funcs`."""
         prompt = row["prompt"]
         G = self.num_generations
         prompt_ids = self._tokenize_prompts([prompt])[0][0]
@@ -367,8 +395,13 @@ class DPGRPOTrainer(GRPOTrainer):
             completions = [[{"role": "assistant", "content": t}] for t in texts]
         else:
             completions = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        rewards = self._rewards(row, prompt, completions, completion_ids)
-        adv = self._advantages(rewards)
+        if rewards is None:
+            rewards = self._rewards(row, prompt, completions, completion_ids)
+        else:
+            rewards = torch.as_tensor(rewards, dtype=torch.float64).reshape(-1)
+            if rewards.numel() != G:
+                _refuse("rewards", rewards.tolist(), f"None or {G} rewards (one per completion)")
+        adv = self.advantages(rewards)
         device = self.space.params[0].device
         pad_id = self._tokenizer.pad_token_id
         L = max(len(c) for c in completion_ids)
@@ -386,7 +419,7 @@ class DPGRPOTrainer(GRPOTrainer):
                 ref = self._reference_logps(input_ids, attention, L)
         self.space.zero_grad()
         logp, _, _ = self._get_per_token_logps_and_entropies(self.model, input_ids, attention, L)
-        loss = core.prompt_loss(logp, ref.to(logp.dtype), mask, adv, self.beta)
+        loss = self.prompt_loss(logp, ref.to(logp.dtype), mask, adv, self.beta)
         loss.backward()
         grad = core.flatten_grads(self.space)
         self.space.zero_grad()
@@ -409,14 +442,11 @@ class DPGRPOTrainer(GRPOTrainer):
             _refuse("dp_steps", cfg.T, f"more than the {self.t} steps run (never more steps than accounted)")
         coins = self.sample_coins()
         batch = [i for i in range(len(coins)) if bool(coins[i])]
-        S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.space.params[0].device)
         contribs: dict[int, PromptContribution] = {}
         for i in batch:
             with self.randomness.rollout_scope():
-                c = self.prompt_contribution(self.train_dataset[i])
-            contribs[i] = c
-            S = S + c.clipped
-        g_hat = self.privatize(S)
+                contribs[i] = self.prompt_contribution(self.train_dataset[i])
+        g_hat = self.noisy_update([c.clipped for c in contribs.values()])
         for hook in self._update_hooks:
             g_hat = hook(g_hat)
         before = [p.detach().clone() for p in self.space.params]

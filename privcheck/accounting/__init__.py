@@ -5,7 +5,7 @@ events (`epsilon_pld`, `calibrate_sigma`, `privbon_epsilon`, ...) are the per-me
 entry point, kept for direct use; code outside this package goes through `epsilon` / `calibrate` / a plan.
 """
 
-from privcheck.accounting.accountant import METHODS, epsilon
+from privcheck.accounting.accountant import METHODS, epsilon, epsilon_lower_bound
 from privcheck.accounting.calibration import (
                                               Calibration,
                                               CalibrationInfeasible,
@@ -60,8 +60,8 @@ from privcheck.accounting.selection import (
 
 __all__ = [
     # the entry points, events and plans
-    "epsilon", "calibrate", "METHODS", "Event", "NeighboringRelation", "event_from_json", "GaussianEvent",
-    "PoissonGaussianEvent", "CompositionHistory", "PrivBoNEvent", "PrivITPEvent", "PrivITPPhase1Event",
+    "epsilon", "epsilon_lower_bound", "calibrate", "METHODS", "Event", "NeighboringRelation", "event_from_json",
+    "GaussianEvent", "PoissonGaussianEvent", "CompositionHistory", "PrivBoNEvent", "PrivITPEvent", "PrivITPPhase1Event",
     "PrivITPWorstCaseEvent", "GaussianReportNoisyMaxEvent", "GaussianAboveThresholdEvent", "DPSGDPlan",
     "DPGRPOPlan",
     # records

@@ -44,7 +44,7 @@ from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import InvalidParameter
 from privcheck.numerics.certified import float_up
 
-__all__ = ["METHODS", "epsilon", "epsilon_value"]
+__all__ = ["METHODS", "epsilon", "epsilon_lower_bound", "epsilon_value"]
 
 METHODS = {
     GaussianEvent: ("analytic",),
@@ -191,6 +191,25 @@ def epsilon(event: Event, delta: float | None = None, *, method: str | None = No
         delta = _delta(event, delta)
     record = _compute(event, delta, method, options)
     return dataclasses.replace(record, event=event, delta=delta)
+
+
+def epsilon_lower_bound(event, delta: float, *, interval: float = dpsgd.DEFAULT_INTERVAL) -> float:
+    """A lower bound on the exact ε of a `PoissonGaussianEvent` or `CompositionHistory` at δ (the optimistic PLD,
+    `dpsgd.pld_history_epsilon_lower_value`). It is never a reported ε: it tells whether another accountant's
+    figure is provably below the exact one. Arguments are checked before any work; a numerical failure gives 0
+    (the bound then says nothing)."""
+    if isinstance(event, PoissonGaussianEvent):
+        event = CompositionHistory((event,))
+    if not isinstance(event, CompositionHistory):
+        raise InvalidParameter("event", type(event).__name__, "a PoissonGaussianEvent or CompositionHistory")
+    delta = v.open_unit("delta", delta)
+    interval = v.positive("interval", interval)
+    phases = tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in event.phases)
+    try:
+        value = dpsgd.pld_history_epsilon_lower_value(phases, delta, interval, event.relation.value)
+    except (ArithmeticError, ValueError, OverflowError, MemoryError):
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def epsilon_value(event: Event, delta: float | None = None, **options) -> float:

@@ -39,6 +39,7 @@ __all__ = ["GradientCanaries", "GradientRecord", "OpacusRun", "bindings_for", "c
            "private_dimension"]
 
 SEED_NAMESPACE = "privcheck.integrations.opacus"
+CHECK_SAMPLING_RATE = 0.5   # the least q of whole-step builds (public; the divisor stays Opacus's)
 CHECK_RECORDS = 8      # default number of the dataset's records the checks use (items, additions, whole-step D)
 
 
@@ -125,10 +126,15 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
     dataset = data_loader.dataset
     if records is None:
         records = [dataset[i] for i in range(min(CHECK_RECORDS, len(dataset)))]
+    if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
+        raise InvalidParameter("records", type(records).__name__, "None or a sequence of dataset records")
     records = list(records)
     if len(records) < 4:
         raise InvalidParameter("records", f"{len(records)} records", "at least 4 dataset records")
-    seeds = _seeds(q) if seeds is None else v.count("seeds", seeds)
+    # Whole-step builds sample at a public check-mode rate: sensitivity and public outputs do not depend on q, and
+    # at the user's q (often 0.01) the coverage cases (the full batch of a small dataset) would take ~q^-m steps.
+    q_check = max(q, CHECK_SAMPLING_RATE)
+    seeds = _seeds(q_check) if seeds is None else v.count("seeds", seeds)
     event, user_epsilon = _accounting(privacy_engine, q, sigma, delta, steps)
     run = OpacusRun(model=model, optimizer=optimizer, data_loader=data_loader, train_step=train_step,
                     dataset=dataset, accountant=privacy_engine.accountant, sample_rate=q,
@@ -167,7 +173,7 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
         coins[next(iterators[key])] = True
         return coins
 
-    ws = _whole_step(run, records, C=C, divisor=divisor, sigma=sigma, q=q, seeds=seeds,
+    ws = _whole_step(run, records, C=C, divisor=divisor, sigma=sigma, q=q_check, seeds=seeds,
                      public_return=public_return) if whole_step else None
     precision = {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16"}.get(run.dtype)
     return SuiteBindings(
@@ -217,9 +223,15 @@ def _whole_step(run: OpacusRun, records, *, C, divisor, sigma, q, seeds, public_
                 return {}
             return {i: {"clipped": run.clip(rows[k], C)} for k, i in enumerate(seen["idx"])}
 
+        def public_outputs():
+            # the DPOptimizer's own settings and the accountant's history are released with every step
+            out = {k: getattr(opt, k, None) for k in ("noise_multiplier", "max_grad_norm", "expected_batch_size")}
+            out["accountant_history"] = [list(h) for h in (getattr(run.accountant, "history", None) or [])]
+            return out
+
         return StepRun(step=step, model=run.model, optimizer=opt.original_optimizer,
                        private_parameters=run.private_names, sampled=lambda: list(seen["idx"]),
-                       per_record=per_record, close=run.restore)
+                       per_record=per_record, public_outputs=public_outputs, close=run.restore)
 
     base = records[:-1][:4]
     return WholeStepBindings(build=build, records=base, addition=records[len(base)], clip_norm=C, divisor=divisor,

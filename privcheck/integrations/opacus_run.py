@@ -75,6 +75,10 @@ class OpacusRun:
                  sample_rate: float, batch_sampler_factory: Callable | None = None):
         import torch
 
+        if "clip_and_accumulate" in optimizer.__dict__:    # a hook (e.g. GradientCanaries) would log every probe
+            raise InvalidParameter("optimizer", "a DPOptimizer with a clip hook installed (e.g. GradientCanaries)",
+                                   "the DPOptimizer as make_private returned it: bind the checks before installing "
+                                   "the canary hook")
         self.model, self.optimizer, self.loader, self.train_step = model, optimizer, data_loader, train_step
         self.dataset, self.accountant, self.q = dataset, accountant, sample_rate
         self.batch_sampler_factory = batch_sampler_factory
@@ -174,15 +178,16 @@ class OpacusRun:
         if n == 0:            # no record: no batch (`forever` turns that into empty steps)
             return []
         bs = self.loader.batch_sampler
-        if isinstance(bs, UniformWithReplacementSampler):
+        # exact types: a user's subclass is never swapped for the library class it derives from
+        if type(bs) is UniformWithReplacementSampler:
             gen = bs.generator if generator is _KEEP else generator
             return UniformWithReplacementSampler(num_samples=n, sample_rate=q, generator=gen, steps=_MANY_STEPS)
-        if isinstance(bs, BatchSampler):
+        if type(bs) is BatchSampler:
             s = bs.sampler
-            if isinstance(s, RandomSampler):
+            if type(s) is RandomSampler:
                 gen = s.generator if generator is _KEEP else generator
                 inner = RandomSampler(range(n), replacement=s.replacement, generator=gen)
-            elif isinstance(s, SequentialSampler):
+            elif type(s) is SequentialSampler:
                 inner = SequentialSampler(range(n))
             else:
                 raise InvalidParameter("data_loader", f"a BatchSampler over {type(s).__name__}",

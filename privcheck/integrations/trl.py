@@ -11,7 +11,10 @@ Two kinds of trainer are recognised:
   `sample_coins`, `clip`, `privatize`, `step`, `last_sampled`, `last_contributions`, `private_parameters`,
   `privacy_claim` — the protocol of `DPGRPOTrainer` in `mechanisms.dpgrpo.trl`): record isolation through the
   trainer's own per-prompt path, the whole-step checks on fresh seeded copies driving `trainer.step` itself, the
-  sampler, clip and noise of the trainer, and the accountant fields from its privacy plan;
+  sampler, clip and noise of the trainer, the accountant fields from its privacy plan, and V3, V9, V1 and V7
+  through its `clipped_sum`, `noisy_update`, `advantages` and `prompt_loss` (with `GradientItem` synthetic
+  records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at β = 0) are bound to a
+  `NotApplicable` and reported skipped with the reason;
 - any other **plain `GRPOTrainer`**: record isolation through TRL's batched path (`_generate_and_score_completions`
   on the batch, then `compute_loss` with only one prompt's rows in the loss mask), so the coupling of prompts by
   padding and batch statistics is visible; nothing else is bound (it adds no noise and has no accountant).
@@ -25,12 +28,12 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "PromptItem", "bindings_for", "default_perturb", "is_dp_trainer",
-           "precision_of"]
+__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "GradientItem", "NotApplicable", "PromptItem", "bindings_for",
+           "default_perturb", "is_dp_trainer", "precision_of"]
 
 CHECK_RECORDS = 3        # default number of the dataset's rows the checks use (items, whole-step D)
 ITEM_SEED = 7919         # rollout seed of the k-th check item: ITEM_SEED + k (public, check mode only)
@@ -40,10 +43,57 @@ DP_PROTOCOL = ("dp_config", "prompt_contribution", "fresh_copy", "add_update_hoo
 
 @dataclass(frozen=True)
 class PromptItem:
-    """One privacy record of the checks: a dataset row (with its "prompt") and its rollout seed."""
+    """One privacy record of the checks: a dataset row (with its "prompt") and its rollout seed; `rewards`, when
+    set, replaces the reward functions' G rewards (the constant-reward versions of a record)."""
 
     row: Mapping
     seed: int
+    rewards: tuple | None = None
+
+
+@dataclass(frozen=True)
+class GradientItem:
+    """A synthetic record whose unclipped gradient is the flat vector `v` (the checks' `make_gradient_record`
+    contract): cast to the trainable parameters' dtype, it goes through the trainer's own clip, sum and
+    privatize in place of a prompt's backward."""
+
+    v: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "v", self.v.detach().clone())
+
+
+class NotApplicable:
+    """A binding for a check that does not apply to the trainer: any use (call, iteration, attribute) raises
+    `SkipCheck(reason)`, so the check is reported "skipped" with the reason, never passed."""
+
+    def __init__(self, check: str, reason: str):
+        self.check, self.reason = check, reason
+
+    def _skip(self):
+        from privcheck.checks.common import SkipCheck
+
+        raise SkipCheck(f"{self.check} does not apply: {self.reason}")
+
+    def __call__(self, *args, **kwargs):
+        self._skip()
+
+    def __iter__(self):
+        self._skip()
+
+    def __len__(self):
+        self._skip()
+
+    def __getitem__(self, key):
+        self._skip()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._skip()
+
+    def __repr__(self):
+        return f"NotApplicable({self.check!r}, {self.reason!r})"
 
 
 def is_dp_trainer(trainer) -> bool:
@@ -153,7 +203,31 @@ def _plain_contributions(trainer, items: Sequence[PromptItem], C: float, clip: b
 
 def _dp_contribution(trainer, item: PromptItem):
     with _seeded(item.seed):
-        return trainer.prompt_contribution(dict(item.row))
+        if item.rewards is None:
+            return trainer.prompt_contribution(dict(item.row))
+        return trainer.prompt_contribution(dict(item.row), rewards=list(item.rewards))
+
+
+def _dp_clipped(clipper, contributor, item, C: float, C_run: float):
+    """One record's clipped contribution at C: a prompt's is `prompt_contribution(row).clipped` (the trainer's
+    clip at its own C, what `step()` sums) or, at another C, the trainer's clip of that prompt's gradient; a
+    GradientItem's is the trainer's clip of v in the trainable parameters' dtype."""
+    if isinstance(item, GradientItem):
+        zero = clipper.clipped_sum([])
+        return clipper.clip(item.v.to(dtype=zero.dtype, device=zero.device), C)
+    c = _dp_contribution(contributor, item)
+    return c.clipped if C == C_run else clipper.clip(c.gradient, C)
+
+
+# why the GRPO checks that do not apply to DPGRPOTrainer are skipped (docs/integrations/trl.md, "Binding contract")
+NOT_CHUNKED = ("DPGRPOTrainer does not chunk a prompt's rollouts: prompt_contribution runs one backward over the "
+               "prompt's G completions and clips once, so there is no chunked path to compare")
+NO_NONPRIVATE_STEP = ("it needs one step at q = 1, σ = 0, C = ∞, which DPGRPOTrainer refuses (dp_clip_norm finite, "
+                      "σ > 0); the step's sum, clip and divisor are checked by sensitivity_add_remove, "
+                      "public_normalisation and the whole-step checks")
+ZERO_BETA = ("beta = 0: a constant-reward prompt has advantage 0 and no KL term, so its contribution is exactly 0 and "
+             "there is nothing to retain (tests/integrations/test_trl.py checks that it is 0)")
+NOT_EQ2 = ("scale_rewards='none' removes the group mean without dividing by the group's std, which is not eq. (2)")
 
 
 def _empty_like(train_dataset, rows):
@@ -234,13 +308,40 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
         if release and seed is not None:
             raise InvalidParameter("seed", seed, "None: a release-mode trainer refuses a seed")
         return trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), seed)
+    def clipped_sum(batch, C=None):
+        C = cfg.C if C is None else C
+        return trainer.clipped_sum([_dp_clipped(trainer, trainer, it, C, cfg.C) for it in batch])
+
+    def noisy_update(batch, *, sigma, C, q, n):
+        # the seeded copy: σ = 0 (public_normalisation) is refused by a release trainer
+        return sampler.noisy_update([_dp_clipped(sampler, trainer, it, C, cfg.C) for it in batch],
+                                    sigma=sigma, C=C, q=q, n=n)
+
+    lo, hi = trainer.dp_reward_range
+    G = trainer.num_generations
+    const = [PromptItem(items[0].row, items[0].seed, rewards=(v,) * G) for v in (hi, lo)]
+    grpo = {}
+    if trainer.scale_rewards == "group":
+        grpo.update(advantages=trainer.advantages,
+                    prompt_loss=lambda logp, ref, adv, mask, beta: trainer.prompt_loss(logp, ref, mask, adv, beta))
+    else:
+        grpo.update(advantages=NotApplicable("loss_reference", NOT_EQ2), prompt_loss=NotApplicable(
+            "loss_reference", NOT_EQ2))
+    if float(trainer.beta) == 0.0:
+        grpo["constant_items"] = NotApplicable("constant_reward_groups", ZERO_BETA)
+    else:
+        grpo["constant_items"] = const
+    nonprivate = NotApplicable("nonprivate_equivalence", NO_NONPRIVATE_STEP)
     return SuiteBindings(
         record_gradient=lambda it: _dp_contribution(trainer, it).gradient,
         contributions=lambda its: [_dp_contribution(trainer, it).clipped for it in its],
+        clipped_sum=clipped_sum, noisy_update=noisy_update, make_gradient_record=GradientItem,
+        record_loss_and_grad=NotApplicable("chunk_identity", NOT_CHUNKED),
+        private_update=nonprivate, flat_update=nonprivate, initial_params=nonprivate,
         sample=lambda n, q: sampler.sample_coins(n, q),
         clip=lambda v, C: trainer.clip(v, C), make_randomness=make_randomness,
         privatize=lambda S, *, sigma, C, q, n: sampler.privatize(S, sigma=sigma, C=C, q=q, n=n),
         whole_step=_whole_step(trainer, rows, dict(addition), seeds),
         accountant_event=plan.event, delta=plan.delta, user_epsilon=lambda: trainer.privacy_claim["epsilon"],
         C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=dim,
-        target=f"trl:{type(trainer).__name__}", **common)
+        target=f"trl:{type(trainer).__name__}", **grpo, **common)

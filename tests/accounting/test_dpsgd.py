@@ -351,3 +351,24 @@ def test_property_pld_monotone_fine_interval(q, sigma, T, delta, dq, ds):
     assert base <= epsilon_pld(min(q + dq, 1.0), sigma, T, delta).value + JITTER
     assert base <= epsilon_pld(q, sigma, T + 1, delta).value + JITTER
     assert epsilon_pld(q, sigma + ds, T, delta).value <= base + JITTER
+
+
+def test_epsilon_lower_bound_is_below_the_reported_pld_and_refuses_bad_input():
+    """The optimistic PLD (a lower bound of the exact ε, docs/checks.md) sits in [ε_PLD − T·Δ, ε_PLD]; for one round
+    it is below the Arb-certified exact ε. Bad input is refused before any work."""
+    from privcheck.accounting import GaussianEvent, PoissonGaussianEvent, epsilon, epsilon_lower_bound
+    from privcheck.errors import InvalidParameter
+
+    for q, sigma, steps in ((0.02, 0.9, 40), (0.5, 1.3, 3)):
+        event = PoissonGaussianEvent(q, sigma, steps)
+        upper = epsilon(event, 1e-5).value
+        lower = epsilon_lower_bound(event, 1e-5)
+        assert upper - steps * 1e-4 <= lower < upper
+    one = PoissonGaussianEvent(0.25, 1.144, 1)
+    exact = epsilon(one, 1e-3, method="exact_single_round").certified
+    assert epsilon_lower_bound(one, 1e-3, interval=1e-2) <= exact.lower
+    for bad, name in (((GaussianEvent(1.0), 1e-5), "event"), ((one, 0.0), "delta"), ((one, 1.5), "delta")):
+        with pytest.raises(InvalidParameter, match=name):
+            epsilon_lower_bound(*bad)
+    with pytest.raises(InvalidParameter, match="interval"):
+        epsilon_lower_bound(one, 1e-5, interval=-1.0)

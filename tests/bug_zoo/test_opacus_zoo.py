@@ -4,14 +4,13 @@ same loop without the bug passes every one of these checks (tests/integrations/t
 
 from __future__ import annotations
 
+import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("opacus")
-
-from privcheck.checks.catalogue import run_suite  # noqa: E402
-from privcheck.integrations.opacus import bindings_for  # noqa: E402
-from tests.integrations.opacus_fixture import tiny_run  # noqa: E402
+from privcheck.checks.catalogue import run_suite
+from privcheck.integrations.opacus import bindings_for
+from tests.integrations.opacus_fixture import tiny_run
 
 
 @pytest.fixture(autouse=True)

@@ -9,13 +9,12 @@ each is deterministic given its seeds (no false failures), and each planted bug 
 from __future__ import annotations
 
 import pytest
+import torch
+import trl  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from mechanisms.dpgrpo.trl import DPGRPOTrainer, DPGRPOTrainerConfig  # noqa: E402
-from privcheck.checks import whole_step  # noqa: E402
-from tests.integrations.trl_tiny import addition_dataset, digit_reward, tiny_model, tiny_tokenizer  # noqa: E402
+from mechanisms.dpgrpo.trl import DPGRPOTrainer, DPGRPOTrainerConfig
+from privcheck.checks import whole_step
+from tests.integrations.trl_tiny import addition_dataset, digit_reward, tiny_model, tiny_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -117,7 +116,8 @@ def _trainer(cls, tmp_path):
 
     args = DPGRPOTrainerConfig(output_dir=str(tmp_path), num_generations=4, max_completion_length=4,
                                learning_rate=1e-2, bf16=False, report_to=[], gradient_checkpointing=False,
-                               dp_clip_norm=1.0, dp_noise_multiplier=1.0, dp_sampling_rate=0.5, dp_steps=2, dp_seed=0)
+                               dp_clip_norm=1.0, dp_noise_multiplier=1.0, dp_sampling_rate=0.5, dp_steps=2, dp_seed=0,
+                               dp_num_records=6)
     return cls(tiny_model(), digit_reward, args=args, train_dataset=addition_dataset(),
                processing_class=tiny_tokenizer(),
                peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], fan_in_fan_out=True))

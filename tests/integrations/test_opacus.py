@@ -8,19 +8,18 @@ import os
 import re
 from pathlib import Path
 
+import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("opacus")
-
-from privcheck.errors import InvalidParameter  # noqa: E402
-from privcheck.integrations.opacus import (  # noqa: E402
+from privcheck.errors import InvalidParameter
+from privcheck.integrations.opacus import (
     GradientCanaries,
     bindings_for,
     opacus_parameters,
     private_dimension,
 )
-from tests.integrations.opacus_fixture import N, tiny_run  # noqa: E402
+from tests.integrations.opacus_fixture import N, tiny_run
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "opacus.md"
 
@@ -85,6 +84,31 @@ def test_other_bad_inputs_are_refused():
         bindings_for(engine, model, opt, loader, step, delta=0.0, steps=3)
     with pytest.raises(InvalidParameter, match="records"):
         bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3, records=[loader.dataset[0]])
+    with pytest.raises(InvalidParameter, match="records"):
+        bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3, records=7)
+
+
+def test_a_users_sampler_subclass_is_not_replaced_by_opacus_own():
+    """The checks rebuild the sampler the loop iterates; a subclass (whatever it changes) is refused, never swapped
+    for the library class it derives from (pass batch_sampler_factory= for it)."""
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    class MySampler(UniformWithReplacementSampler):
+        pass
+
+    engine, model, opt, loader, step = tiny_run()
+    loader.batch_sampler.__class__ = MySampler
+    with pytest.raises(InvalidParameter, match="data_loader"):
+        bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3).sample(6, 0.2)
+
+
+def test_bindings_refuse_an_optimizer_with_the_canary_hook_installed(tmp_path):
+    engine, model, opt, loader, step = tiny_run()
+    dim = private_dimension(opt)
+    presence = torch.zeros(2, dtype=torch.bool)
+    with GradientCanaries(opt, coordinates=[dim - 1, dim - 2], presence=presence, log_path=tmp_path / "log"):
+        with pytest.raises(InvalidParameter, match="optimizer"):
+            bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3)
 
 
 def test_docs_example_passes_the_checks_and_leaves_the_run_unchanged():

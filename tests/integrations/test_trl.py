@@ -11,14 +11,13 @@ import math
 import re
 from pathlib import Path
 
+import peft  # noqa: F401 - installed by `make test` (the train extra): never a silent skip
 import pytest
+import torch
+import trl  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-pytest.importorskip("peft")
-
-from privcheck.errors import InvalidParameter  # noqa: E402
-from tests.integrations.trl_tiny import (  # noqa: E402
+from privcheck.errors import InvalidParameter
+from tests.integrations.trl_tiny import (
     addition_dataset,
     answer_logprob,
     digit_reward,
@@ -37,7 +36,11 @@ FAST_CHECKS = ("clip_contract", "poisson_sampling", "record_isolation", "noise_c
                "accountant_agreement", "step_noise", "step_record_isolation")
 
 
-BOUND_CHECKS = FAST_CHECKS + ("step_sensitivity", "step_public_outputs", "step_poisson_sampling")
+BOUND_CHECKS = FAST_CHECKS + ("step_sensitivity", "step_public_outputs", "step_poisson_sampling",
+                              "sensitivity_add_remove", "public_normalisation", "loss_reference")
+# the checks that do not apply to the docs example's DPGRPOTrainer (β = 0, no chunking, no σ = 0 / C = ∞ step):
+# skipped with the reason (docs/integrations/trl.md, "Binding contract")
+NOT_APPLICABLE = ("constant_reward_groups", "chunk_identity", "nonprivate_equivalence")
 
 
 def _python_blocks(text: str) -> list[str]:
@@ -67,7 +70,8 @@ def _dp_args(tmp_path, **overrides):
 
     kw = dict(output_dir=str(tmp_path), num_generations=4, max_completion_length=4, learning_rate=1e-2,
               bf16=False, report_to=[], gradient_checkpointing=False, dp_clip_norm=1.0, dp_noise_multiplier=1.0,
-              dp_sampling_rate=0.5, dp_steps=2, dp_seed=0)
+              dp_sampling_rate=0.5, dp_steps=2, dp_seed=0,
+              dp_num_records=6)
     kw.update(overrides)
     return DPGRPOTrainerConfig(**kw)
 
@@ -254,7 +258,9 @@ def test_refuses_settings_that_couple_prompts(tmp_path, setting, value):
     ({"dp_sampling_rate": 1.5}, "dp_sampling_rate"), ({"dp_steps": 0}, "dp_steps"),
     ({"dp_target_epsilon": 2.0}, "dp_noise_multiplier"), ({"dp_noise_multiplier": None}, "dp_noise_multiplier"),
     ({"dp_delta": 1.0}, "dp_delta"), ({"dp_reward_range": (1.0, 0.0)}, "dp_reward_range"),
-    ({"dp_seed": -1}, "dp_seed"), ({"max_steps": 5}, "max_steps")])
+    ({"dp_seed": -1}, "dp_seed"), ({"max_steps": 5}, "max_steps"),
+    ({"dp_num_records": None}, "dp_num_records"),      # never defaulted to the (private) dataset size
+    ({"dp_num_records": 5}, "dp_num_records")])         # below the dataset's 6 prompts
 def test_refuses_bad_dp_settings(tmp_path, overrides, name):
     from mechanisms.dpgrpo.trl import DPGRPOTrainer
 
@@ -331,6 +337,102 @@ def test_example_passes_every_check(tmp_path):
     bad = {k: (r.status, r.message[:300]) for k, r in ran.items() if r.status != "pass"}
     assert not bad
     assert set(ran) == set(BOUND_CHECKS)
+    assert set(results) - set(ran) == set(NOT_APPLICABLE)
+    for name in NOT_APPLICABLE:
+        assert results[name].message.startswith(f"skipped: {name} does not apply: "), results[name].message
+
+
+# ------------------------------------------------------------------ V3, V9, V1, V7, V8, V4 on the DP trainer
+
+class RealisedBatchNoisyUpdate:
+    """Planted: ĝ divided by the realised number of sampled prompts instead of the public q·n."""
+
+    def noisy_update(self, clipped, **overrides):
+        clipped = list(clipped)
+        q, n = overrides.get("q", self.dp_config.q), overrides.get("n", self.dp_config.n)
+        return super().noisy_update(clipped, **overrides) * (q * n) / max(1, len(clipped))
+
+
+class TokenPooledLoss:
+    """Planted: the loss normalised by the group's total completion tokens (DAPO-style pooling) instead of the
+    token mean within each completion."""
+
+    def prompt_loss(self, logp, ref_logp, mask, advantages, beta):
+        m = mask.to(logp.dtype)
+        per_token = torch.exp(logp - logp.detach()) * advantages.to(logp.dtype)[:, None]
+        d = ref_logp.detach() - logp
+        per_token = per_token - beta * (torch.exp(d) - d - 1)
+        return -(per_token * m).sum() / m.sum()
+
+
+def _dp_trainer(tmp_path, cls=None, **overrides):
+    from mechanisms.dpgrpo.trl import DPGRPOTrainer
+
+    cls = DPGRPOTrainer if cls is None else type(cls.__name__, (cls, DPGRPOTrainer), {})
+    return cls(tiny_model(), digit_reward, args=_dp_args(tmp_path, **overrides), train_dataset=addition_dataset(),
+               processing_class=tiny_tokenizer(), peft_config=_lora())
+
+
+def test_newly_bound_checks_pass_on_the_dp_trainer(example):
+    """V3 (reduced: 4 gradient records, C = 0.7 and C_mix; the default runs in the slow tier), V9 and V1 through
+    the trainer's prompt_contribution, clip, clipped_sum, noisy_update, advantages and prompt_loss; float32."""
+    from privcheck.checks import dpsgd
+    from privcheck.checks.catalogue import run_suite
+
+    b = example["trainer"].privcheck_bindings(seeds=2)
+    r3 = dpsgd.check_sensitivity_add_remove(b, n_gradient_records=4, clip_norms=("C=0.7", "C_mix"))
+    results = [r3] + run_suite(b, checks=["public_normalisation", "loss_reference"])
+    for r in results:
+        assert (r.status, r.precision) == ("pass", "float32"), (r.name, r.message[:300])
+    assert set(r3.observed["per_C"]) == {"C=0.7", "C_mix"} and r3.observed["n_trials"] == 2 * (5 + 3)
+    assert results[1].observed["identical_across_batch_sizes"] is True
+    for r in run_suite(b, checks=list(NOT_APPLICABLE)):
+        assert r.status == "skipped" and r.message.startswith(f"skipped: {r.name} does not apply: "), r.message
+
+
+def test_constant_reward_prompt_is_exactly_zero_at_beta_zero(example):
+    """β = 0 (why constant_reward_groups does not apply): a constant group has advantage 0 (eq. (2): s = 0) and,
+    with no KL term, a contribution that is exactly 0 — through the trainer's own per-prompt path."""
+    trainer = example["trainer"]
+    assert trainer.beta == 0.0
+    row = dict(trainer.train_dataset[0])
+
+    def contribution(rewards):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(3)
+            return trainer.prompt_contribution(row, rewards=rewards)
+
+    for v in (0.0, 1.0):
+        c = contribution([v] * 4)
+        assert torch.equal(c.advantages, torch.zeros(4, dtype=torch.float64))
+        assert not bool(c.gradient.any()) and not bool(c.clipped.any())
+    varied = contribution([0.0, 1.0, 0.0, 1.0])
+    assert bool(varied.gradient.any())         # control: the same prompt with varied rewards moves the policy
+
+
+def test_constant_reward_groups_with_kl(tmp_path):
+    """β > 0: after one step (LoRA off the reference) a constant-reward prompt keeps its KL gradient (V7)."""
+    from privcheck.checks.catalogue import run_suite
+
+    trainer = _dp_trainer(tmp_path, beta=0.04, dp_steps=1)
+    trainer.train()
+    (r,) = run_suite(trainer.privcheck_bindings(seeds=2), checks=["constant_reward_groups"])
+    assert (r.status, r.precision) == ("pass", "float32"), r.message[:300]
+    assert r.observed["grad_norm"] > 0 and r.observed["retained"] is True
+
+
+@pytest.mark.parametrize("defect, check, field", [
+    (RealisedBatchNoisyUpdate, "public_normalisation", "identical_across_batch_sizes"),
+    (TokenPooledLoss, "loss_reference", "max_rel_diff")])
+def test_planted_defect_fails_the_bound_check(tmp_path, defect, check, field):
+    from privcheck.checks.catalogue import run_suite
+
+    (r,) = run_suite(_dp_trainer(tmp_path, defect).privcheck_bindings(seeds=2), checks=[check])
+    assert r.status == "fail", (r.status, r.message[:300])
+    if field.startswith("identical"):
+        assert r.observed[field] is False
+    else:                                   # pooled over 4–8 completions of unequal lengths: far off eq. (7)
+        assert r.observed[field] > 1e-3
 
 
 CONFTEST = """
@@ -346,7 +448,8 @@ def trainer(tmp_path_factory):
     torch.set_num_threads(1)
     args = DPGRPOTrainerConfig(output_dir=str(tmp_path_factory.mktemp("out")), num_generations=4,
                                max_completion_length=4, bf16=False, report_to=[], gradient_checkpointing=False,
-                               dp_clip_norm=1.0, dp_noise_multiplier=1.0, dp_sampling_rate=0.5, dp_steps=2, dp_seed=0)
+                               dp_clip_norm=1.0, dp_noise_multiplier=1.0, dp_sampling_rate=0.5, dp_steps=2, dp_seed=0,
+                               dp_num_records=6)
     t = DPGRPOTrainer(tiny_model(), digit_reward, args=args, train_dataset=addition_dataset(),
                       processing_class=tiny_tokenizer(),
                       peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["c_attn"], fan_in_fan_out=True))
