@@ -17,7 +17,7 @@ import math
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.errors import PrivcheckError
@@ -92,6 +92,8 @@ class SuiteBindings:
     # the precision the bound trainer computes in ("float64", "float32" or "bfloat16"); selects the tolerances
     # of every check when the run does not name one
     precision: str | None = None
+    # checks that do not apply to the bound trainer: check name -> the reason, reported with status "skipped"
+    not_applicable: Mapping[str, str] | None = None
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -131,9 +133,16 @@ def value_of(x) -> float:
     return float(getattr(x, "value", x))
 
 
-def evaluate(name: str, precision: str, reference: str, inputs: dict, fn: Callable[[], dict]) -> CheckResult:
-    """`fn()` returns dict(passed, observed, expected, tolerance, message)."""
+def evaluate(bindings, name: str, precision: str, reference: str, inputs: dict, fn: Callable[[], dict]
+             ) -> CheckResult:
+    """`fn()` returns dict(passed, observed, expected, tolerance, message). A check the bindings declare
+    `not_applicable` is reported skipped with their reason and never run."""
     start = time.perf_counter()
+    reason = (getattr(bindings, "not_applicable", None) or {}).get(name)
+    if reason is not None:
+        return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
+                           reference=reference, inputs=inputs, message=f"skipped: {name} does not apply: {reason}",
+                           seconds=0.0, status="skipped", precision=precision)
     try:
         out = fn()
         return CheckResult(name=name, suite=SUITE, passed=bool(out["passed"]), observed=out["observed"],

@@ -103,7 +103,7 @@ def check_clip_contract(b: SuiteBindings, precision: str | None = None, *, seed:
         return {"passed": passed, "observed": observed, "expected": expected,
                 "tolerance": {"max_norm_ratio": norm_ratio, "min_cosine": cosine}, "message": str(observed)}
 
-    return evaluate("clip_contract", precision, "closed form clip_C(v) = v·min(1, C/‖v‖), non-finite → 0 "
+    return evaluate(b, "clip_contract", precision, "closed form clip_C(v) = v·min(1, C/‖v‖), non-finite → 0 "
                 "(Algorithm 1, line 7)", inputs, fn)
 
 
@@ -186,7 +186,7 @@ def check_sensitivity_add_remove(b: SuiteBindings, precision: str | None = None,
                 "tolerance": {"max_ratio_minus_one": tol},
                 "message": f"worst ‖Δ sum‖/C − 1 = {worst:.3g} ({worst_kind}){note}"}
 
-    return evaluate("sensitivity_add_remove", precision, "Lemma 1 sensitivity bound ‖ḡ_i‖ ≤ C (closed form)",
+    return evaluate(b, "sensitivity_add_remove", precision, "Lemma 1 sensitivity bound ‖ḡ_i‖ ≤ C (closed form)",
                 inputs, fn)
 
 
@@ -230,7 +230,7 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
                 "tolerance": {"max_freq_error": freq_tol, "max_offdiag_corr": corr_tol},
                 "message": str(observed)}
 
-    return evaluate("poisson_sampling", precision, "independent Bernoulli(q) coins: binomial frequencies and "
+    return evaluate(b, "poisson_sampling", precision, "independent Bernoulli(q) coins: binomial frequencies and "
                 "zero correlations (closed form)", inputs, fn)
 
 
@@ -282,7 +282,7 @@ def check_record_isolation(b: SuiteBindings, precision: str | None = None) -> Ch
         return {"passed": ok, "observed": observed, "expected": "bit-identical", "tolerance": 0.0,
                 "message": str(observed) + (f"; not run: {missing} (binding missing)" if missing else "")}
 
-    return evaluate("record_isolation", precision, "(A2) record isolation: a record's gradient and clipped "
+    return evaluate(b, "record_isolation", precision, "(A2) record isolation: a record's gradient and clipped "
                 "contribution depend only on (θ_t, x_i)", {}, fn)
 
 
@@ -326,7 +326,7 @@ def check_public_normalisation(b: SuiteBindings, precision: str | None = None, *
                 "expected": {"identical_across_batch_sizes": True, "max_ulp_vs_public_divisor": 0},
                 "tolerance": {"max_ulp_vs_public_divisor": 2}, "message": str(observed)}
 
-    return evaluate("public_normalisation", precision, "closed form v/(q·n) with the public divisor q·n", inputs, fn)
+    return evaluate(b, "public_normalisation", precision, "closed form v/(q·n) with the public divisor q·n", inputs, fn)
 
 
 # ----------------------------------------------------------------------------------------------- V10
@@ -379,7 +379,7 @@ def check_noise_calibration(b: SuiteBindings, precision: str | None = None, *, s
                                                                      "offset_mean_z": 0.0},
                 "tolerance": {"std_ratio": 0.01, "mean_z": 5, "offset_mean_z": 5}, "message": str(observed)}
 
-    return evaluate("noise_calibration", precision, "closed form: std σ·C/(q·n), mean S/(q·n)", inputs, fn)
+    return evaluate(b, "noise_calibration", precision, "closed form: std σ·C/(q·n), mean S/(q·n)", inputs, fn)
 
 
 # ----------------------------------------------------------------------------------------------- V11
@@ -444,7 +444,7 @@ def check_fresh_randomness(b: SuiteBindings, precision: str | None = None, *, p:
                              "release_refuses_seed": True},
                 "tolerance": {"noise_corr": bound}, "message": str(observed)}
 
-    return evaluate("fresh_randomness", precision, "(A3) fresh hidden randomness: independent draws have "
+    return evaluate(b, "fresh_randomness", precision, "(A3) fresh hidden randomness: independent draws have "
                 "correlation ~ N(0, 1/p)", inputs, fn)
 
 
@@ -527,5 +527,5 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
                               "rule": "max(ε_PLD − steps·interval, optimistic PLD): a lower bound of the exact ε"},
                 "message": verdict}
 
-    return evaluate("accountant_agreement", precision, "privcheck's PLD (dp-accounting, pessimistic "
+    return evaluate(b, "accountant_agreement", precision, "privcheck's PLD (dp-accounting, pessimistic "
                     "connect-the-dots) and optimistic PLD: ε_true ∈ [lower bound, ε_PLD] (docs/checks.md)", inputs, fn)

@@ -152,7 +152,7 @@ def check_loss_reference(b: SuiteBindings, precision: str | None = None, *, seed
         return {"passed": worst_rel <= rtol, "observed": observed, "expected": {"max_rel_diff": 0.0},
                 "tolerance": {"rtol": rtol}, "message": f"worst relative difference {worst_rel:.3g}" + note}
 
-    return evaluate("loss_reference", precision, "independent float64 transcription of eqs. (2) and (7) "
+    return evaluate(b, "loss_reference", precision, "independent float64 transcription of eqs. (2) and (7) "
                 "(TRL 0.15.2 GRPOTrainer formulas) and log_softmax of temperature-1 logits", inputs, fn)
 
 
@@ -189,7 +189,7 @@ def check_nonprivate_equivalence(b: SuiteBindings, precision: str | None = None,
                 "tolerance": tol_out,
                 "message": f"max |Δθ| = {diff:.3g}; flat step moved parameters by {moved:.3g}"}
 
-    return evaluate("nonprivate_equivalence", precision, "independent flat loss (1/(n·G))·Σ token-mean losses, "
+    return evaluate(b, "nonprivate_equivalence", precision, "independent flat loss (1/(n·G))·Σ token-mean losses, "
                 "one backward, same SGD step", {"tol": tol, "param_ulps": param_ulps, "step_rtol": step_rtol}, fn)
 
 
@@ -247,7 +247,7 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str | None = None,
                 "tolerance": {"retention": f"{retention_rtol!r}·max(1, ‖clip_C(g)‖)"},
                 "message": str(observed) + note}
 
-    return evaluate("constant_reward_groups", precision, "eq. (2) closed form (constant group ⇒ A = 0) and the "
+    return evaluate(b, "constant_reward_groups", precision, "eq. (2) closed form (constant group ⇒ A = 0) and the "
                 "keep-constant-groups rule, independent clip transcription", inputs, fn)
 
 
@@ -330,7 +330,7 @@ def check_chunk_identity(b: SuiteBindings, precision: str | None = None, *, chun
         return {"passed": ok, "observed": observed, "expected": "chunked = unchunked", "tolerance": tol_out,
                 "message": f"{flips} clip-decision flip(s) at {tested_C}; " + str(per)}
 
-    return evaluate("chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), Algorithm 1, line 6); clip "
+    return evaluate(b, "chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), Algorithm 1, line 6); clip "
                 "after accumulation (independent clip transcription)", inputs, fn)
 
 
@@ -411,5 +411,5 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
                 "message": ("failures: " + ", ".join(failures) if failures else "all cases within tolerance")
                 + note}
 
-    return evaluate("accountant_reference", precision, "Zhao, Januszewicz & Jung, arXiv:2610.07212, Table VI/VII "
+    return evaluate(b, "accountant_reference", precision, "Zhao, Januszewicz & Jung, arXiv:2610.07212, Table VI/VII "
                 "and the JAX-Privacy reference (3.77)", inputs, fn)

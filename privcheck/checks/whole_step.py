@@ -583,7 +583,7 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                             f"worst ‖Δĝ‖·divisor/C = {observed['worst_ratio']:.6g} over "
                             f"{sum(p['trials'] for p in per_pair.values())} trials")}
 
-    return evaluate("step_sensitivity", prec, "sensitivity of one record: ‖clip_C(g)‖ ≤ C, divided by the public "
+    return evaluate(b, "step_sensitivity", prec, "sensitivity of one record: ‖clip_C(g)‖ ≤ C, divided by the public "
                    "divisor, on coupled neighbouring runs of the real step", inputs, fn)
 
 
@@ -717,7 +717,7 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
                 f"{n_fields} public fields identical on neighbours over {total} trials (ĝ fixed through "
                 f"{', '.join(sorted(fix_paths))})"}
 
-    return evaluate("step_public_outputs", prec, "post-processing: with the noisy update fixed, a step's public "
+    return evaluate(b, "step_public_outputs", prec, "post-processing: with the noisy update fixed, a step's public "
                    "outputs are functions of public inputs only", inputs, fn)
 
 
@@ -821,7 +821,7 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
                 "message": "; ".join(failures[:6]) if failures else
                 f"std {std_ratio:.5g}·σC/divisor, mean {mean_z:.3g} s.e. over {N} coordinates"}
 
-    return evaluate("step_noise", prec, "Gaussian mechanism: N(0, σ²C²) before division by the public divisor "
+    return evaluate(b, "step_noise", prec, "Gaussian mechanism: N(0, σ²C²) before division by the public divisor "
                    "(exact normal mean test, χ² scale test)", inputs, fn)
 
 
@@ -921,7 +921,7 @@ def check_step_record_isolation(b, precision: str | None = None, *, max_seeds: i
                 "message": "; ".join(failures[:6]) if failures else
                 f"{len(per)} records identical alone and in a batch (max relative difference {worst:.3g})"}
 
-    return evaluate("step_record_isolation", prec, "(A2) record isolation: a record's scores and clipped "
+    return evaluate(b, "step_record_isolation", prec, "(A2) record isolation: a record's scores and clipped "
                    "gradient depend only on (θ_t, x_i)", inputs, fn)
 
 
@@ -994,7 +994,7 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
                 "message": "; ".join(failures[:6]) if failures else
                 f"{len(tests)} exact binomial tests passed over {runs} runs (worst p-value {worst[0]:.3g})"}
 
-    return evaluate("step_poisson_sampling", prec, "Poisson subsampling: independent Bernoulli(q) inclusion "
+    return evaluate(b, "step_poisson_sampling", prec, "Poisson subsampling: independent Bernoulli(q) inclusion "
                    "(exact binomial tests)", inputs, fn)
 
 

@@ -13,8 +13,8 @@ Two kinds of trainer are recognised:
   trainer's own per-prompt path, the whole-step checks on fresh seeded copies driving `trainer.step` itself, the
   sampler, clip and noise of the trainer, the accountant fields from its privacy plan, and V3, V9, V1 and V7
   through its `clipped_sum`, `noisy_update`, `advantages` and `prompt_loss` (with `GradientItem` synthetic
-  records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at β = 0) are bound to a
-  `NotApplicable` and reported skipped with the reason;
+  records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at β = 0) are declared in
+  `SuiteBindings.not_applicable` and reported skipped with the reason;
 - any other **plain `GRPOTrainer`**: record isolation through TRL's batched path (`_generate_and_score_completions`
   on the batch, then `compute_loss` with only one prompt's rows in the loss mask), so the coupling of prompts by
   padding and batch statistics is visible; nothing else is bound (it adds no noise and has no accountant).
@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "GradientItem", "NotApplicable", "PromptItem", "bindings_for",
+__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "GradientItem", "PromptItem", "bindings_for",
            "default_perturb", "is_dp_trainer", "precision_of"]
 
 CHECK_RECORDS = 3        # default number of the dataset's rows the checks use (items, whole-step D)
@@ -61,39 +61,6 @@ class GradientItem:
 
     def __post_init__(self):
         object.__setattr__(self, "v", self.v.detach().clone())
-
-
-class NotApplicable:
-    """A binding for a check that does not apply to the trainer: any use (call, iteration, attribute) raises
-    `SkipCheck(reason)`, so the check is reported "skipped" with the reason, never passed."""
-
-    def __init__(self, check: str, reason: str):
-        self.check, self.reason = check, reason
-
-    def _skip(self):
-        from privcheck.checks.common import SkipCheck
-
-        raise SkipCheck(f"{self.check} does not apply: {self.reason}")
-
-    def __call__(self, *args, **kwargs):
-        self._skip()
-
-    def __iter__(self):
-        self._skip()
-
-    def __len__(self):
-        self._skip()
-
-    def __getitem__(self, key):
-        self._skip()
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        self._skip()
-
-    def __repr__(self):
-        return f"NotApplicable({self.check!r}, {self.reason!r})"
 
 
 def is_dp_trainer(trainer) -> bool:
@@ -321,23 +288,21 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
     G = trainer.num_generations
     const = [PromptItem(items[0].row, items[0].seed, rewards=(v,) * G) for v in (hi, lo)]
     grpo = {}
+    not_applicable = {"chunk_identity": NOT_CHUNKED, "nonprivate_equivalence": NO_NONPRIVATE_STEP}
     if trainer.scale_rewards == "group":
         grpo.update(advantages=trainer.advantages,
                     prompt_loss=lambda logp, ref, adv, mask, beta: trainer.prompt_loss(logp, ref, mask, adv, beta))
     else:
-        grpo.update(advantages=NotApplicable("loss_reference", NOT_EQ2), prompt_loss=NotApplicable(
-            "loss_reference", NOT_EQ2))
+        not_applicable["loss_reference"] = NOT_EQ2
     if float(trainer.beta) == 0.0:
-        grpo["constant_items"] = NotApplicable("constant_reward_groups", ZERO_BETA)
+        not_applicable["constant_reward_groups"] = ZERO_BETA
     else:
         grpo["constant_items"] = const
-    nonprivate = NotApplicable("nonprivate_equivalence", NO_NONPRIVATE_STEP)
     return SuiteBindings(
         record_gradient=lambda it: _dp_contribution(trainer, it).gradient,
         contributions=lambda its: [_dp_contribution(trainer, it).clipped for it in its],
         clipped_sum=clipped_sum, noisy_update=noisy_update, make_gradient_record=GradientItem,
-        record_loss_and_grad=NotApplicable("chunk_identity", NOT_CHUNKED),
-        private_update=nonprivate, flat_update=nonprivate, initial_params=nonprivate,
+        not_applicable=not_applicable,
         sample=lambda n, q: sampler.sample_coins(n, q),
         clip=lambda v, C: trainer.clip(v, C), make_randomness=make_randomness,
         privatize=lambda S, *, sigma, C, q, n: sampler.privatize(S, sigma=sigma, C=C, q=q, n=n),

@@ -262,3 +262,13 @@ def test_discretisation_bound_brackets_the_certified_single_round():
     assert coarse - bound <= exact.lower and exact.upper <= coarse
     lower = acc.epsilon_lower_bound(event, 1e-3, interval=1e-2)        # the optimistic PLD, below the exact ε
     assert coarse - bound <= lower <= exact.lower
+
+
+def test_a_check_declared_not_applicable_is_skipped_with_its_reason_and_never_run():
+    calls = []
+    b = SuiteBindings(clip=lambda v, C: calls.append(1) or v, not_applicable={"clip_contract": "no clipping here"})
+    r = training.check_clip_contract(b)
+    assert r.status == "skipped" and r.message == "skipped: clip_contract does not apply: no clipping here"
+    assert calls == [] and not r.passed
+    ok = training.check_clip_contract(dataclasses.replace(b, not_applicable={"chunk_identity": "other check"}))
+    assert ok.status == "fail" and calls                     # the identity "clip" fails the contract when run
