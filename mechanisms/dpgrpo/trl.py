@@ -382,6 +382,20 @@ class DPGRPOTrainer(GRPOTrainer):
         """The per-prompt loss of eq. (7) (`core.prompt_loss`: token mean per completion, mean over the G)."""
         return core.prompt_loss(logp, ref_logp, mask, advantages, beta)
 
+    def token_logprobs(self, model, prompt_ids, completion_ids, completion_mask=None) -> torch.Tensor:
+        """The [G, L] log-probabilities of `completion_ids` (G × L) after `prompt_ids` ([P], or [G, P]) under
+        `model`: the function `prompt_contribution` computes the policy's log-probabilities with for eq. (7)
+        (TRL's `_get_per_token_logps_and_entropies`: the fused LM head, logits divided by `args.temperature`).
+        `completion_mask` (G × L, default all ones) is the attention over the right-padded completions.
+        Differentiable (V1 `loss_reference` compares it with log_softmax of the temperature-1 logits)."""
+        G, L = completion_ids.shape
+        if prompt_ids.dim() == 1:
+            prompt_ids = prompt_ids.unsqueeze(0).expand(G, -1)
+        mask = torch.ones_like(completion_ids) if completion_mask is None else completion_mask
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention = torch.cat([torch.ones_like(prompt_ids), mask.to(prompt_ids.dtype)], dim=1)
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention, L)[0]
+
     def prompt_contribution(self, row, *, rewards=None) -> PromptContribution:
         """Lines 4–7 for one dataset row alone: G completions, rewards, eq. (2) advantages, eq. (7) loss, one
         backward, one clip. Draws rollout randomness from the global torch RNG (the callers fork and seed it).
@@ -418,7 +432,7 @@ class DPGRPOTrainer(GRPOTrainer):
             with torch.no_grad():
                 ref = self._reference_logps(input_ids, attention, L)
         self.space.zero_grad()
-        logp, _, _ = self._get_per_token_logps_and_entropies(self.model, input_ids, attention, L)
+        logp = self.token_logprobs(self.model, prompt_t, comp, mask)
         loss = self.prompt_loss(logp, ref.to(logp.dtype), mask, adv, self.beta)
         loss.backward()
         grad = core.flatten_grads(self.space)

@@ -12,9 +12,9 @@ Two kinds of trainer are recognised:
   `privacy_claim` — the protocol of `DPGRPOTrainer` in `mechanisms.dpgrpo.trl`): record isolation through the
   trainer's own per-prompt path, the whole-step checks on fresh seeded copies driving `trainer.step` itself, the
   sampler, clip and noise of the trainer, the accountant fields from its privacy plan, and V3, V9, V1 and V7
-  through its `clipped_sum`, `noisy_update`, `advantages` and `prompt_loss` (with `GradientItem` synthetic
-  records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at β = 0) are declared in
-  `SuiteBindings.not_applicable` and reported skipped with the reason;
+  through its `clipped_sum`, `noisy_update`, `advantages`, `prompt_loss` and `token_logprobs` (with
+  `GradientItem` synthetic records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at
+  β = 0) are declared in `SuiteBindings.not_applicable` and reported skipped with the reason;
 - any other **plain `GRPOTrainer`**: record isolation through TRL's batched path (`_generate_and_score_completions`
   on the batch, then `compute_loss` with only one prompt's rows in the loss mask), so the coupling of prompts by
   padding and batch statistics is visible; nothing else is bound (it adds no noise and has no accountant).
@@ -226,6 +226,30 @@ def _whole_step(trainer, rows, addition, seeds):
                              noise_multiplier=cfg.sigma, sampling_rate=cfg.q, removal="drop", seeds=seeds)
 
 
+LOGPROB_CASES = 2        # V1's log-probability cases: the first rows' prompts, fixed completions
+LOGPROB_SEED = 104729    # public seed of those completions' token ids
+
+
+def _logprob_cases(trainer, rows) -> list:
+    """V1's (prompt_ids [P], completion_ids [G, L]) cases: the first rows' prompts through the trainer's own
+    tokenisation (TRL's `_tokenize_prompts`: chat template included), and G completions of fixed token ids (drawn
+    under the public `LOGPROB_SEED`, lengths 3 and 5: no generation, so the cases cost one forward each)."""
+    import torch
+
+    device = trainer.space.params[0].device if hasattr(trainer, "space") else next(trainer.model.parameters()).device
+    vocab = int(getattr(trainer.model.config, "vocab_size", 0) or len(trainer.processing_class))
+    gen = torch.Generator().manual_seed(LOGPROB_SEED)
+    cases = []
+    for k, row in enumerate(rows[:LOGPROB_CASES]):
+        prompt = list(trainer._tokenize_prompts([row["prompt"]])[0][0])
+        completion = torch.randint(0, vocab, (trainer.num_generations, 3 + 2 * k), generator=gen)
+        pad = getattr(trainer.processing_class, "pad_token_id", None)
+        if pad is not None:        # no pad token inside a completion: the reference forward has no attention mask
+            completion = torch.where(completion == pad, (pad + 1) % vocab, completion)
+        cases.append((torch.tensor(prompt, dtype=torch.long, device=device), completion.to(device)))
+    return cases
+
+
 def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition: Mapping | None = None,
                  perturb: Callable | None = None, seeds: int = 16, clip_norm: float | None = None,
                  precision: str | None = None):
@@ -292,6 +316,8 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
     if trainer.scale_rewards == "group":
         grpo.update(advantages=trainer.advantages,
                     prompt_loss=lambda logp, ref, adv, mask, beta: trainer.prompt_loss(logp, ref, mask, adv, beta))
+        if callable(getattr(trainer, "token_logprobs", None)):
+            grpo.update(token_logprobs=trainer.token_logprobs, logprob_cases=_logprob_cases(trainer, rows))
     else:
         not_applicable["loss_reference"] = NOT_EQ2
     if float(trainer.beta) == 0.0:

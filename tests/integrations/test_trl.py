@@ -365,6 +365,17 @@ class TokenPooledLoss:
         return -(per_token * m).sum() / m.sum()
 
 
+class TemperatureScaledLogprobs:
+    """Planted: the policy's log-probabilities from logits divided by τ = 0.7 (plain forward, no fused head), where
+    eq. (7) and V1's reference use the temperature-1 logits."""
+
+    def token_logprobs(self, model, prompt_ids, completion_ids, completion_mask=None):
+        G, L = completion_ids.shape
+        prompt = prompt_ids.unsqueeze(0).expand(G, -1) if prompt_ids.dim() == 1 else prompt_ids
+        logits = model(input_ids=torch.cat([prompt, completion_ids], dim=1)).logits[:, prompt.shape[1] - 1:-1]
+        return torch.log_softmax(logits / 0.7, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+
+
 def _dp_trainer(tmp_path, cls=None, **overrides):
     from mechanisms.dpgrpo.trl import DPGRPOTrainer
 
@@ -386,8 +397,40 @@ def test_newly_bound_checks_pass_on_the_dp_trainer(example):
         assert (r.status, r.precision) == ("pass", "float32"), (r.name, r.message[:300])
     assert set(r3.observed["per_C"]) == {"C=0.7", "C_mix"} and r3.observed["n_trials"] == 2 * (5 + 3)
     assert results[1].observed["identical_across_batch_sizes"] is True
+    v1 = next(r for r in results if r.name == "loss_reference")
+    assert "not compared" not in v1.message    # V1 compared the trainer's token_logprobs too
+    assert len(b.logprob_cases) == 2 and b.token_logprobs == example["trainer"].token_logprobs
     for r in run_suite(b, checks=list(NOT_APPLICABLE)):
         assert r.status == "skipped" and r.message.startswith(f"skipped: {r.name} does not apply: "), r.message
+
+
+def test_prompt_contribution_uses_token_logprobs(example, monkeypatch):
+    """The log-probabilities V1 compares are those of the loss: prompt_contribution calls token_logprobs once, on
+    the policy, with its G padded completions and their mask."""
+    trainer = example["trainer"]
+    calls = []
+
+    def spy(model, prompt_ids, completion_ids, completion_mask=None):
+        calls.append((model, completion_ids.shape, completion_mask))
+        return type(trainer).token_logprobs(trainer, model, prompt_ids, completion_ids, completion_mask)
+
+    monkeypatch.setattr(trainer, "token_logprobs", spy)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        trainer.prompt_contribution(dict(trainer.train_dataset[0]), rewards=[0.0, 1.0, 0.0, 1.0])
+    assert len(calls) == 1
+    model, shape, mask = calls[0]
+    assert model is trainer.model and shape[0] == 4 and mask is not None and tuple(mask.shape) == tuple(shape)
+
+
+def test_loss_reference_fails_at_another_temperature(tmp_path):
+    """TRL divides the logits by args.temperature in the loss's log-probabilities; V1's reference is the
+    temperature-1 log_softmax, so a trainer at τ = 0.7 fails V1 (docs/integrations/trl.md)."""
+    from privcheck.checks.catalogue import run_suite
+
+    (r,) = run_suite(_dp_trainer(tmp_path, temperature=0.7).privcheck_bindings(seeds=2), checks=["loss_reference"])
+    assert r.status == "fail", (r.status, r.message[:300])
+    assert r.observed["max_abs_diff_logprobs"] > 1e-3
 
 
 def test_constant_reward_prompt_is_exactly_zero_at_beta_zero(example):
@@ -423,7 +466,8 @@ def test_constant_reward_groups_with_kl(tmp_path):
 
 @pytest.mark.parametrize("defect, check, field", [
     (RealisedBatchNoisyUpdate, "public_normalisation", "identical_across_batch_sizes"),
-    (TokenPooledLoss, "loss_reference", "max_rel_diff")])
+    (TokenPooledLoss, "loss_reference", "max_rel_diff"),
+    (TemperatureScaledLogprobs, "loss_reference", "max_abs_diff_logprobs")])
 def test_planted_defect_fails_the_bound_check(tmp_path, defect, check, field):
     from privcheck.checks.catalogue import run_suite
 
@@ -431,7 +475,7 @@ def test_planted_defect_fails_the_bound_check(tmp_path, defect, check, field):
     assert r.status == "fail", (r.status, r.message[:300])
     if field.startswith("identical"):
         assert r.observed[field] is False
-    else:                                   # pooled over 4–8 completions of unequal lengths: far off eq. (7)
+    else:        # pooled over 4–8 completions of unequal lengths, or logits / 0.7: far off the float32 rtol 1e-5
         assert r.observed[field] > 1e-3
 
 
