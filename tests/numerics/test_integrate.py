@@ -11,7 +11,7 @@ from fractions import Fraction
 import mpmath
 import pytest
 from flint import acb, arb, ctx
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from privcheck.errors import CertificationError
@@ -94,6 +94,7 @@ def test_narrow_peak_needs_its_breakpoint():
 
 @settings(max_examples=15)
 @given(t=st.floats(-6.0, 6.0, allow_nan=False), w=st.floats(0.1, 6.0))
+@example(t=0.0, w=0.90625)   # acb.integral once missed its goal here by 4x; the goal is now 2^-8 below the limit
 def test_property_gaussian_mass_on_an_interval(t, w):
     ball = integrate(_std_normal_pdf, t, t + w, prec=128)
     with mpmath.workdps(80):   # t + w in floats is the endpoint actually integrated to
