@@ -177,6 +177,21 @@ def _check_small_base(b, small_base: int, cases) -> None:
         raise InvalidParameter("small_base", small_base, f"an integer in [1, {len(ws.records) - 1}]")
 
 
+def _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0):
+    """The options of the neighbouring-pair checks, validated before any run: (precision, cases, inputs)."""
+    prec = _precision(b, precision)
+    _validate(b)
+    cases = _cases(cases)
+    _count("max_seeds", max_seeds)
+    _count("small_base", small_base)
+    _count("seed0", seed0, 0)
+    if seeds is not None:
+        _count("seeds", seeds)
+    _check_small_base(b, small_base, cases)
+    return prec, cases, {"cases": list(cases), "seeds": seeds, "max_seeds": max_seeds, "small_base": small_base,
+                         "seed0": seed0}
+
+
 def _count(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidParameter(name, value, f"an integer >= {minimum}")
@@ -452,19 +467,8 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
     Tolerance: allowance = record_rel·(|D| + |D'|) + hat_multiple·ε·(‖ĝ_D‖ + ‖ĝ_D'‖)·divisor/C
     (`WHOLE_STEP_TOLERANCES`; ε of ĝ's dtype). Deterministic given the seeds: no false failures.
     Reference: the sensitivity bound ‖clip_C(g)‖ ≤ C of one record, divided by the public divisor."""
-    prec = _precision(b, precision)
-    _validate(b)
-    cases = _cases(cases)
-    max_seeds = _count("max_seeds", max_seeds)
-    small_base = _count("small_base", small_base)
-    seed0 = _count("seed0", seed0, 0)
-    if seeds is not None:
-        _count("seeds", seeds)
+    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0)
     tol = WHOLE_STEP_TOLERANCES[prec]
-    inputs = {"cases": list(cases), "seeds": seeds, "max_seeds": max_seeds, "small_base": small_base,
-              "seed0": seed0}
-
-    _check_small_base(b, small_base, cases)
 
     def fn():
         ws = _bindings(b)
@@ -659,20 +663,9 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
     Tolerance: bit identity in float64; `public_ulps` ulps of the leaf's dtype at lower precision
     (`WHOLE_STEP_TOLERANCES`). Deterministic: no false failures. Reference: post-processing, a public output
     of a DP step is a function of ĝ and public inputs only."""
-    prec = _precision(b, precision)
-    _validate(b)
-    cases = _cases(cases)
-    max_seeds = _count("max_seeds", max_seeds)
-    small_base = _count("small_base", small_base)
-    seed0 = _count("seed0", seed0, 0)
-    if seeds is not None:
-        _count("seeds", seeds)
+    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0)
     tol = WHOLE_STEP_TOLERANCES[prec]
     ulps = int(tol["public_ulps"])
-    inputs = {"cases": list(cases), "seeds": seeds, "max_seeds": max_seeds, "small_base": small_base,
-              "seed0": seed0}
-
-    _check_small_base(b, small_base, cases)
 
     def fn():
         ws = _bindings(b)
