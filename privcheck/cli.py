@@ -69,13 +69,19 @@ def cmd_account_dpsgd(args) -> int:
     from privcheck.accounting import epsilon
     event = _dpsgd_event(args)
     pld = epsilon(event, args.delta)
+    floats = epsilon(event, args.delta, method="pld_float")
     rdp = epsilon(event, args.delta, method="rdp")
-    main, other = (pld, rdp) if args.accountant == "pld" else (rdp, pld)
+    main, others = (pld, (floats, rdp)) if args.accountant == "pld" else (rdp, (pld, floats))
     payload = {"epsilon": main.value, "delta": args.delta, "accountant": args.accountant,
-               "cross_check": {"accountant": other.method, "epsilon": jsonable(other.value)},
+               "cross_check": {"accountant": others[-1].method, "epsilon": jsonable(others[-1].value)},
+               "cross_checks": {o.method: jsonable(o.value) for o in others},
                "record": main.to_json()}
-    rows = [("epsilon", main.value), ("delta", args.delta), ("accountant", args.accountant),
-            (f"{other.method} (cross-check)", other.value)]
+    if pld.certified is not None:
+        payload["enclosure"] = [pld.certified.lower, pld.certified.upper]
+    rows = [("epsilon", main.value), ("delta", args.delta), ("accountant", args.accountant)]
+    if pld.certified is not None:
+        rows.append(("pld enclosure", f"[{pld.certified.lower:.9f}, {pld.certified.upper:.9f}]"))
+    rows += [(f"{o.method} (cross-check)", o.value) for o in others]
     if main.method == "rdp":
         rows.append(("rdp order", main.details["order"]))
     if args.history is not None:

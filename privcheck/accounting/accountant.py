@@ -6,8 +6,8 @@ from this function applied to an event describing the mechanism. The methods per
 | event | methods (first = reported figure) |
 |---|---|
 | `GaussianEvent` | `analytic` (Balle–Wang, certified in Arb) |
-| `PoissonGaussianEvent` | `pld` (dp-accounting, pessimistic), `rdp`, `exact_single_round` (T = 1), `quadrature` |
-| `CompositionHistory` | `pld`, `rdp` |
+| `PoissonGaussianEvent` | `pld` (certified), `pld_float` (dp-accounting), `rdp`, `exact_single_round`, `quadrature` |
+| `CompositionHistory` | `pld`, `pld_float`, `rdp` |
 | `PrivBoNEvent` | `exponential_mechanism` (certified; tight bounded range in mode "exact") |
 | `PrivITPEvent`, `PrivITPPhase1Event`, `PrivITPWorstCaseEvent` | `ex_post` (certified) |
 | `GaussianReportNoisyMaxEvent`, `GaussianAboveThresholdEvent` | `integral` (certified by `acb.integral`) |
@@ -48,8 +48,8 @@ __all__ = ["METHODS", "epsilon", "epsilon_lower_bound", "epsilon_value"]
 
 METHODS = {
     GaussianEvent: ("analytic",),
-    PoissonGaussianEvent: ("pld", "rdp", "exact_single_round", "quadrature"),
-    CompositionHistory: ("pld", "rdp"),
+    PoissonGaussianEvent: ("pld", "pld_float", "rdp", "exact_single_round", "quadrature"),
+    CompositionHistory: ("pld", "pld_float", "rdp"),
     PrivBoNEvent: ("exponential_mechanism",),
     PrivITPEvent: ("ex_post",),
     PrivITPPhase1Event: ("analytic",),
@@ -57,7 +57,7 @@ METHODS = {
     GaussianReportNoisyMaxEvent: ("integral",),
     GaussianAboveThresholdEvent: ("integral",),
 }
-_OPTIONS = {"pld": {"interval"}, "rdp": {"orders"}}
+_OPTIONS = {"pld": {"interval", "tolerance"}, "pld_float": {"interval"}, "rdp": {"orders"}}
 
 
 def _delta(event: Event, delta):
@@ -91,14 +91,23 @@ def _history_pld(event: CompositionHistory, delta: float, interval: float) -> Ac
     except (ArithmeticError, ValueError, OverflowError, MemoryError) as exc:  # fail closed
         eps, reason = math.inf, f"PLD failed: {exc}"
     return AccountingRecord(
-        quantity="epsilon", value=eps, method="pld",
+        quantity="epsilon", value=eps, method="pld_float",
         mechanism=dpsgd.MECHANISM if len(phases) == 1 else dpsgd.MECHANISM + "_history",
         inputs={"phases": [{"sampling_rate": q, "noise_multiplier": s, "steps": t} for q, s, t in phases],
                 "delta": delta},
         neighboring=event.relation.value,
         details={"library": "dp-accounting", "interval": interval, "pessimistic": True, "connect_dots": True,
-                 "bound": "upper (pessimistic discretisation)"},
+                 "bound": "float estimate of an upper bound (pessimistic discretisation, float FFT)"},
         wall_time_s=time.perf_counter() - start, reason=reason)
+
+
+def _phases(event) -> tuple:
+    events = event.phases if isinstance(event, CompositionHistory) else (event,)
+    return tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in events)
+
+
+def _certified(event, delta: float, options: dict) -> AccountingRecord:
+    return dpsgd.epsilon_pld_certified(_phases(event), delta, relation=event.relation.value, **options)
 
 
 def _history_rdp(event: CompositionHistory, delta: float, orders) -> AccountingRecord:
@@ -110,6 +119,8 @@ def _history_rdp(event: CompositionHistory, delta: float, orders) -> AccountingR
 def _poisson(event: PoissonGaussianEvent, delta: float, method: str, options: dict) -> AccountingRecord:
     q, s, t = event.sampling_rate, event.noise_multiplier, event.steps
     if method == "pld":
+        return _certified(event, delta, options)
+    if method == "pld_float":
         if event.relation is NeighboringRelation.ADD_REMOVE:
             return dpsgd.epsilon_pld(q, s, t, delta, **options)
         return _history_pld(CompositionHistory((event,)), delta, options.get("interval", dpsgd.DEFAULT_INTERVAL))
@@ -149,6 +160,8 @@ def _compute(event: Event, delta, method: str, options: dict) -> AccountingRecor
         return _poisson(event, delta, method, options)
     if isinstance(event, CompositionHistory):
         if method == "pld":
+            return _certified(event, delta, options)
+        if method == "pld_float":
             return _history_pld(event, delta, options.get("interval", dpsgd.DEFAULT_INTERVAL))
         return _history_rdp(event, delta, options.get("orders", dpsgd.DEFAULT_ORDERS))
     if isinstance(event, PrivBoNEvent):
@@ -193,27 +206,29 @@ def epsilon(event: Event, delta: float | None = None, *, method: str | None = No
     return dataclasses.replace(record, event=event, delta=delta)
 
 
-def epsilon_lower_bound(event, delta: float, *, interval: float = dpsgd.DEFAULT_INTERVAL) -> float:
-    """A lower bound on the exact ε of a `PoissonGaussianEvent` or `CompositionHistory` at δ (the optimistic PLD,
-    `dpsgd.pld_history_epsilon_lower_value`). It is never a reported ε: it tells whether another accountant's
-    figure is provably below the exact one. Arguments are checked before any work; a numerical failure gives 0
-    (the bound then says nothing)."""
+def epsilon_lower_bound(event, delta: float, *, interval: float | None = None) -> float:
+    """A certified lower bound on the exact ε of a `PoissonGaussianEvent` or `CompositionHistory` at δ: the lower
+    end of the certified PLD enclosure (a dominated discretisation composed with proven error bounds). It is
+    never a reported ε: it tells whether another accountant's figure is provably below the exact one. Arguments
+    are checked before any work; a numerical failure gives 0 (the bound then says nothing)."""
     if isinstance(event, PoissonGaussianEvent):
         event = CompositionHistory((event,))
     if not isinstance(event, CompositionHistory):
         raise InvalidParameter("event", type(event).__name__, "a PoissonGaussianEvent or CompositionHistory")
     delta = v.open_unit("delta", delta)
-    interval = v.positive("interval", interval)
-    phases = tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in event.phases)
-    try:
-        value = dpsgd.pld_history_epsilon_lower_value(phases, delta, interval, event.relation.value)
-    except (ArithmeticError, ValueError, OverflowError, MemoryError):
+    if interval is not None:
+        interval = v.positive("interval", interval)
+    record = _certified(event, delta, {} if interval is None else {"interval": interval})
+    if record.certified is None:
         return 0.0
+    value = record.certified.lower
     return value if math.isfinite(value) and value > 0 else 0.0
 
 
 def epsilon_value(event: Event, delta: float | None = None, **options) -> float:
-    """`epsilon(event, delta, **options).value` through the cached float paths (calibration's inner loop)."""
+    """A fast float ε for searches (calibration's inner loop): dp-accounting's PLD for PoissonGaussianEvent and
+    CompositionHistory (the "pld_float" cross-check, cached), `epsilon(event, delta).value` otherwise. Never a
+    reported figure: `calibrate` certifies the value it returns."""
     interval = options.get("interval", dpsgd.DEFAULT_INTERVAL)
     if isinstance(event, PoissonGaussianEvent) and set(options) <= {"interval"}:
         return dpsgd.pld_epsilon_value(event.sampling_rate, event.noise_multiplier, event.steps,

@@ -6,7 +6,9 @@ evaluated at the fine PLD interval, and the achieved ε is that evaluation; for 
 it returns the largest integer whose ε is at most the target. `calibrate_sigma` / `calibrate_steps` are the
 DP-SGD families.
 Two stages keep it cheap: a bracket at the coarse interval 1e-3, then a safeguarded regula falsi at the
-fine interval 1e-4 inside [σ_c − 2e-3, σ_c + 2e-3] (widened until both ends are confirmed).
+fine interval 1e-4 inside [σ_c − 2e-3, σ_c + 2e-3] (widened until both ends are confirmed). The search runs on
+dp-accounting's float PLD; the returned value is then checked with the certified accountant (the reported
+figure) and moved to the safe side until the certified ε meets the target.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = ["Calibration", "CalibrationInfeasible", "MAX_STEPS", "PARAMETERS", "S
            "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
 SIGMA_FLOOR, SIGMA_CEILING = 1e-3, 1e4
+_SAFE_STEPS = 8
 MAX_STEPS = 10**7
 
 
@@ -51,6 +54,7 @@ class Calibration:
     libraries: Mapping[str, str] = field(default_factory=library_versions)
     event: Event | None = None     # the event at `value`: what the achieved ε was computed from
     delta: float | None = None
+    certified_step: float = 0.0    # how far `value` moved from the float search's end to meet the certified ε
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", freeze(self.inputs))
@@ -67,7 +71,7 @@ class Calibration:
                 "target_epsilon": self.target_epsilon, "epsilon": self.achieved.value,
                 "achieved": self.achieved.to_json(), "inputs": jsonable(self.inputs),
                 "evaluations": self.evaluations, "wall_time_s": self.wall_time_s,
-                "libraries": dict(self.libraries), "delta": self.delta,
+                "libraries": dict(self.libraries), "delta": self.delta, "certified_step": self.certified_step,
                 "event": None if self.event is None else self.event.to_json()}
 
 
@@ -121,11 +125,31 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     else:
         value, bracket = _search_noise(eps, target, interval if pld else None, coarse if pld else None, tolerance)
     event = make_event(value)
-    achieved = epsilon(event, delta, **({"interval": interval} if pld else {}))
+    searched = value
+    # The search runs on the float PLD; the certified figure (the reported one) can sit slightly above it. Step
+    # to the safe side until the certified ε meets the target (in practice one step of a few 1e-6 relative).
+    achieved = epsilon(event, delta)
+    for _ in range(_SAFE_STEPS):
+        if achieved.value <= target:
+            break
+        if parameter == "steps":
+            if value <= 1:
+                raise CalibrationInfeasible(f"one step already costs more than epsilon {target}")
+            value -= 1
+        else:
+            excess = achieved.value / target - 1 if math.isfinite(achieved.value) else 1.0
+            value = min(value * (1 + max(excess, tolerance)), SIGMA_CEILING)
+        evals += 1
+        event = make_event(value)
+        achieved = epsilon(event, delta)
+    if not achieved.value <= target:
+        raise CalibrationInfeasible(f"the certified epsilon {achieved.value} stays above the target {target}")
+    bracket = (bracket[0], value)
     return Calibration(
         parameter=parameter, value=value, bracket=bracket, target_epsilon=target, achieved=achieved,
         inputs=dict(inputs or {"event": probe.to_json(), "delta": delta, "interval": interval}),
-        evaluations=evals, wall_time_s=time.perf_counter() - start, event=event, delta=delta)
+        evaluations=evals, wall_time_s=time.perf_counter() - start, event=event, delta=delta,
+        certified_step=abs(value - searched))
 
 
 def _search_noise(eps, target: float, interval, coarse, tol: float):

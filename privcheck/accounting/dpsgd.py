@@ -4,10 +4,11 @@ Dominating pair per round (Lemma 1 of the DP-GRPO paper; Zhu, Dong & Wang 2022):
     A = (1 − q)·N(0, σ²) + q·N(1, σ²),   B = N(0, σ²),
     δ_{q,σ,T}(ε) = max{ H_{e^ε}(A^{⊗T} ‖ B^{⊗T}), H_{e^ε}(B^{⊗T} ‖ A^{⊗T}) }      (add/remove neighbours).
 
-Reported figure: dp-accounting's PLD with pessimistic rounding and connect-the-dots discretisation at
-interval 1e-4 (an upper bound on the exact ε). Cross-checks: RDP (dp-accounting), the exact T = 1 profile
-certified in Arb (closed form and `acb.integral`), and a quadrature recursion for small T.
-Proof sketch and the PLD/RDP gap: docs/accounting.md.
+Reported figure: the certified PLD enclosure (`privcheck.accounting.pld_certified`): bucket masses in Arb, a
+composition whose float error has a proven bound, ε(δ) solved in Arb; the upper end is reported and the record
+carries `certified = {lower, upper}`. Cross-checks: dp-accounting's float PLD (pessimistic, connect-the-dots,
+method "pld_float"), RDP (dp-accounting), the exact T = 1 profile certified in Arb (closed form and
+`acb.integral`), and a quadrature recursion for small T. Proof and the PLD/RDP gap: docs/accounting.md.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from privcheck import validation as v
+from privcheck.accounting import pld_certified
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics.ball import ThresholdPredicate, normal_cdf, normal_sf
@@ -37,9 +39,10 @@ from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "MECHANISM", "composed_delta_quadrature", "delta_single_float",
-    "epsilon_pld", "epsilon_quadrature", "epsilon_rdp", "epsilon_rdp_history", "epsilon_single_round_certified",
-    "pld_epsilon_value", "pld_history_epsilon_value", "single_round_delta_ball", "single_round_delta_integral"]
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "MECHANISM", "clear_caches", "composed_delta_quadrature",
+           "delta_single_float", "epsilon_pld", "epsilon_pld_certified", "epsilon_quadrature", "epsilon_rdp",
+           "epsilon_rdp_history", "epsilon_single_round_certified", "pld_epsilon_value", "pld_history_epsilon_value",
+           "single_round_delta_ball", "single_round_delta_integral"]
 
 MECHANISM = "poisson_subsampled_gaussian"
 DEFAULT_INTERVAL = 1e-4
@@ -121,7 +124,8 @@ def pld_history_epsilon_lower_value(phases: tuple, delta: float, interval: float
 
 def epsilon_pld(sampling_rate, noise_multiplier, steps, delta, *,
                 interval: float = DEFAULT_INTERVAL) -> AccountingRecord:
-    """ε of T compositions of the Poisson-subsampled Gaussian (PLD, pessimistic, connect-the-dots)."""
+    """dp-accounting's float PLD ε of T compositions (pessimistic, connect-the-dots): the cross-check
+    "pld_float" beside the certified figure, and calibration's fast inner loop."""
     q, sigma, T, delta = _validate(sampling_rate, noise_multiplier, steps, delta)
     interval = v.positive("interval", interval)
     start = time.perf_counter()
@@ -133,10 +137,55 @@ def epsilon_pld(sampling_rate, noise_multiplier, steps, delta, *,
     except (ArithmeticError, ValueError, OverflowError, MemoryError) as exc:  # fail closed
         eps, reason = math.inf, f"PLD failed: {exc}"
     return AccountingRecord(
-        quantity="epsilon", value=eps, mechanism=MECHANISM, method="pld",
+        quantity="epsilon", value=eps, mechanism=MECHANISM, method="pld_float",
         inputs={"sampling_rate": q, "noise_multiplier": sigma, "steps": T, "delta": delta},
         details={"library": "dp-accounting", "interval": interval, "pessimistic": True, "connect_dots": True,
-                 "bound": "upper (pessimistic discretisation)"},
+                 "bound": "float estimate of an upper bound (pessimistic discretisation, float FFT)"},
+        wall_time_s=time.perf_counter() - start, reason=reason)
+
+
+@functools.lru_cache(maxsize=512)
+def _certified_bounds(phases: tuple, delta: float, relation: str, interval, tolerance: float):
+    return pld_certified.certified_epsilon(phases, delta, relation, interval=interval, tolerance=tolerance)
+
+
+def clear_caches() -> None:
+    """Forget every cached PLD result (benchmarks time the computation, not a cache hit)."""
+    for fn in (_one_round_pld, pld_epsilon_value, pld_history_epsilon_value, _one_round_pld_optimistic,
+               pld_history_epsilon_lower_value, _certified_bounds):
+        fn.cache_clear()
+
+
+def epsilon_pld_certified(phases, delta, *, relation: str = "add_remove", interval: float | None = None,
+                          tolerance: float = pld_certified.DEFAULT_TOLERANCE) -> AccountingRecord:
+    """Certified ε of phases ((q, σ, steps), ...) run one after the other: the reported DP-SGD/DP-GRPO figure.
+
+    The record's `certified` holds [lower, upper] (lower from a dominated discretisation, upper from a dominating
+    one, both composed with proven error bounds); `value` is the upper end. `interval` fixes the lattice (None:
+    1e-4, refined while the gap exceeds `tolerance`). A numerical failure gives ε = inf with a reason."""
+    phases = tuple((*_validate(q, s, t, delta)[:3],) for q, s, t in phases)
+    delta = v.open_unit("delta", delta)
+    if interval is not None:
+        interval = v.positive("interval", interval)
+    tolerance = v.positive("tolerance", tolerance)
+    start = time.perf_counter()
+    reason, cert, details = None, None, {}
+    try:
+        bounds = _certified_bounds(phases, delta, relation, interval, tolerance)
+        value = bounds.upper
+        cert = Certified.from_bracket(bounds.lower, bounds.upper, "certified_pld", pld_certified.PREC)
+        details = dict(bounds.details)
+    except (CertificationError, ArithmeticError, ValueError, OverflowError, MemoryError) as exc:  # fail closed
+        value, reason = math.inf, f"certified PLD failed: {exc}"
+    single = len(phases) == 1
+    inputs = ({"sampling_rate": phases[0][0], "noise_multiplier": phases[0][1], "steps": phases[0][2],
+               "delta": delta} if single else
+              {"phases": [{"sampling_rate": q, "noise_multiplier": s, "steps": t} for q, s, t in phases],
+               "delta": delta})
+    details.update({"bound": "certified upper bound (upper end of the enclosure)"})
+    return AccountingRecord(
+        quantity="epsilon", value=value, mechanism=MECHANISM if single else MECHANISM + "_history", method="pld",
+        inputs=inputs, neighboring=relation, certified=cert, details=details,
         wall_time_s=time.perf_counter() - start, reason=reason)
 
 

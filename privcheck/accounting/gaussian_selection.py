@@ -42,15 +42,21 @@ Assumptions: the idealised real-valued Gaussian mechanism (floating-point sample
 docs/selection.md), scores clipped to [a, b], Δ a user-supplied public constant valid for the claimed neighbour
 relation.
 
-Certification: each integral is computed with `acb.integral` (through
-`privcheck.numerics.integrate`) on [−T, T], split around the integrand's mode (located in floats by
-maximising the log-integrand), and the neglected part, at most 2Φ̄(T) since both integrands lie in
-[0, φ], is added as an explicit interval using Φ̄(T) ≤ φ(T)/T. T is chosen so that the tail is below
-2^−prec relative to the integrand's peak. Both integrands are multiplied by the same exact power of two
-(which cancels in the ratio) so that very small integrals stay far above the absolute tolerance. The
-reported ε is the upper end of the ball log(I_num) − log(I_den), rounded up to a float; the precision
-starts at 256 bits and doubles until the ball's relative radius is ≤ 1e-12, failing closed with
-`CertificationError` past `MAX_PREC`.
+Certification: each integral is computed with `acb.integral` (through `privcheck.numerics.integrate`) on a
+window around the integrand's mode (located in floats by maximising the log-integrand), split around the mode,
+and the part outside the window is added as an explicit interval [0, tail]. The tail bound uses only that the
+log-integrand f has f″ ≤ −1 (−x²/2 plus concave log Φ terms): beyond a point x0,
+f(x) ≤ f(x0) + f′(x0)(x − x0) − (x − x0)²/2, and f(x0), f′(x0) are Arb balls (`_tail`). The window is widened
+until the tails are below 2^−prec of the integral, so a mode far from 0 (a narrow or distant bump) costs no
+more than one at 0. Both integrands are multiplied by the same exact power of two (which cancels in the ratio)
+so that very small integrals stay far above the absolute tolerance. The reported ε is the upper end of the ball
+log(I_num) − log(I_den), rounded up to a float; the precision starts at 256 bits and doubles until the ball's
+radius is ≤ max(1e-12·ε, ABS_TOL = 1e-30) (absolute for a tiny ε, e.g. a tiny Δ, whose relative radius would
+need unbounded precision), failing closed with `CertificationError` past `MAX_PREC`.
+
+Legal range (refused with InvalidParameter before any work): d, t integers in [1, 2^53]; (b − a)/σ ≤ 100 for
+RNM; for AT (b − a)/σ_Z ≤ 100, σ_X/σ_Z ≤ 100 and ρ ∈ [b − 100σ_Z, a + 100σ_Z]. All are checked on the exact
+rationals of the float inputs.
 """
 
 from __future__ import annotations
@@ -68,18 +74,59 @@ from scipy.special import log_ndtr
 from privcheck import validation as v
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
+from privcheck.numerics.ball import normal_cdf, normal_pdf, normal_sf
 from privcheck.numerics.certified import Certified, float_down, float_up
-from privcheck.numerics.integrate import gaussian_tail_bound, integrate, with_tail
+from privcheck.numerics.integrate import integrate, with_tail
 
 __all__ = ["METHOD", "NEIGHBORING", "gaussian_at_expost_eps", "gaussian_rnm_eps", "range_sensitivity", "score_range"]
 
 START_PREC = 256
 MAX_PREC = 4096
 REL_TOL = 1e-12
-T_MAX = 1e4            # beyond this the integrand's mode is too far out to integrate sensibly: fail closed
+ABS_TOL = 1e-30        # absolute resolution of ε: the reported upper end exceeds ε by at most ~2·ABS_TOL
 METHOD = "gaussian_selection_integral_arb"
 NEIGHBORING = "score_sensitivity"   # NeighboringRelation.SCORE_SENSITIVITY: the relation enters only via Δ
 PROOF = "docs/selection.md (Gaussian selection accountants)"
+
+
+# Legal range (docs/accounting.md, "Legal ranges of the certified Gaussian accountants"): every score distance and
+# the noise ratio, in units of the noise, at most RATIO_MAX (the ε there is already in the thousands, and the
+# integrals take seconds); counts up to COUNT_MAX = 2^53 (the integers a float holds exactly). Checked exactly.
+RATIO_MAX = 100
+COUNT_MAX = 2 ** 53
+
+
+def _bounded_count(name: str, value) -> int:
+    n = v.count(name, value)
+    if n > COUNT_MAX:
+        raise InvalidParameter(name, value, f"an integer in [1, 2^53 = {COUNT_MAX}]")
+    return n
+
+
+def _at_ranges(rho: float, sigma_X: float, sigma_Z: float, a: float, b: float) -> None:
+    A, B, R, SX, SZ = map(Fraction, (a, b, rho, sigma_X, sigma_Z))
+    if B - A > RATIO_MAX * SZ:
+        raise InvalidParameter("sigma_query", sigma_Z, f"[(b − a)/{RATIO_MAX}, inf) = [{(b - a) / RATIO_MAX!r}, inf)")
+    if SX > RATIO_MAX * SZ:
+        raise InvalidParameter("sigma_threshold", sigma_X,
+                               f"(0, {RATIO_MAX}·sigma_query] = (0, {RATIO_MAX * sigma_Z!r}]")
+    if not B - RATIO_MAX * SZ <= R <= A + RATIO_MAX * SZ:
+        raise InvalidParameter("threshold", rho, f"[b − {RATIO_MAX}·sigma_query, a + {RATIO_MAX}·sigma_query] = "
+                                                 f"[{float(B - RATIO_MAX * SZ)!r}, {float(A + RATIO_MAX * SZ)!r}]")
+
+
+def _exact_float(*terms, den: float) -> float:
+    """(Σ terms)/den computed exactly and rounded once: a user difference such as a − b never rounds (or
+    overflows) in floats first. Used only to locate the integrand's mode; the certificate uses Arb balls."""
+    return float(sum(Fraction(x) for x in terms) / Fraction(den))
+
+
+def _nonnegative(cert: Certified) -> Certified:
+    """Both ε's are ≥ 0 (I(Δ) ≥ I(0) and J(a − b + 2Δ) ≥ J(a − b): the integrands increase in the shift), so a
+    ball reaching below 0 (a tiny ε accepted at its absolute resolution) keeps 0 as its lower end."""
+    if cert.lower >= 0:
+        return cert
+    return Certified(cert.value, 0.0, max(cert.upper, 0.0), cert.method, cert.precision_bits, cert.side)
 
 
 # --- validation -----------------------------------------------------------------------------------
@@ -169,21 +216,84 @@ def _make_integrand(factors, scale_log2: int):
     return g
 
 
-def _enclose(factors, *, prec: int, T: int, scale_log2: int, breakpoints) -> tuple[arb, arb]:
-    """(scaled integral over ℝ, scaled tail bound): ∫_{−T}^{T} + [0, 2^−k·2Φ̄(T)]."""
+def _f_and_slope(factors, x: arb) -> tuple[arb, arb]:
+    """f(x) = −x²/2 + Σ p·log Φ(αx + β) and f′(x) = −x + Σ p·α·φ(u)/Φ(u) as balls (working precision)."""
+    f, g = -(x * x) / 2, -x
+    for fa in factors:
+        if fa.power:
+            al = fa.alpha()
+            u = al * x + fa.beta()
+            cdf = normal_cdf(u)
+            f += fa.power * cdf.log()
+            g += fa.power * al * (normal_pdf(u) / cdf)
+    return f, g
+
+
+def _tail(factors, x0: float, right: bool) -> arb:
+    """Bound on ∫ φ(x)·Π Φ(αx + β)^p dx beyond x0 (to its right or to its left).
+
+    f = log(√(2π)·φ·Π Φ^p) has f″ ≤ −1 (−x²/2 plus concave log Φ terms), so f(x) ≤ f(x0) + g·(x − x0) −
+    (x − x0)²/2 with g = f′(x0), and the tail is at most e^{f(x0)}·e^{h²/2}·Φ̄(h), h = −g on the right, h = g on
+    the left. That factor decreases in h, so the lower end of the ball for h gives a bound. Past the mode h > 0 and
+    e^{h²/2}Φ̄(h) = m(h)/√(2π) ≤ 1/(h√(2π)) (Mills ratio m(h) ≤ 1/h), which avoids multiplying a huge ball by a
+    tiny one.
+    """
+    f, g = _f_and_slope(factors, arb(x0))
+    if not (f.is_finite() and g.is_finite()):
+        return arb.nan()
+    h = arb((-g if right else g).lower())
+    if h > 0:
+        return f.exp() / (h * (2 * arb.pi()).sqrt())
+    return (f + h * h / 2).exp() * normal_sf(h)
+
+
+def _window_side(factors, m: float, w: float, log_size: float, prec: int, right: bool) -> float:
+    """A point x0 = m ± c·w beyond which the certified tail is below 2^−prec·e^{log_size}, doubling c as needed."""
+    c = math.sqrt(2.0 * (prec * math.log(2) + 20.0))
+    target = arb(log_size - prec * math.log(2) - 5.0).exp()
+    for _ in range(200):
+        x0 = m + c * w if right else m - c * w
+        tail = _tail(factors, x0, right)
+        if tail.is_finite() and tail < target:
+            return x0
+        c *= 1.25
+    raise CertificationError("no integration window with a small enough tail")
+
+
+def _window(num, den, modes, prec: int) -> tuple[float, float]:
+    """[lo, hi] covering both modes, with certified tails of both integrands below 2^−prec of their size.
+
+    A window only decides how much is integrated and how much bounded; the tails added are always certified.
+    """
+    left, right_ = min(modes[0][0], modes[1][0]), max(modes[0][0], modes[1][0])
+    los, his = [], []
+    with ctx.workprec(prec):
+        for factors, (_m, w, peak) in ((num, modes[0]), (den, modes[1])):
+            log_size = peak + math.log(w)   # ∫ e^f/√(2π) ≈ e^{peak}·w for a near-Gaussian bump
+            los.append(_window_side(factors, left, w, log_size, prec, right=False))
+            his.append(_window_side(factors, right_, w, log_size, prec, right=True))
+    return min(los), max(his)
+
+
+def _enclose(factors, *, prec: int, window: tuple[float, float], scale_log2: int,
+             breakpoints) -> tuple[arb, arb]:
+    """(scaled integral over ℝ, scaled tail bound): ∫ over the window + [0, both tails] (see `_tail`)."""
+    lo, hi = window
     with ctx.workprec(prec):   # the integrand's constants must be formed at the working precision
         integrand = _make_integrand(factors, scale_log2)
-    core = integrate(integrand, -T, T, prec=prec, breakpoints=breakpoints)
+    core = integrate(integrand, lo, hi, prec=prec, breakpoints=breakpoints)
     with ctx.workprec(prec):
-        # Both integrands lie in [0, φ]: the part outside [−T, T] is in [0, 2Φ̄(T)] ⊂ [0, 2φ(T)/T].
-        tail = 2 * gaussian_tail_bound(arb(T)) * arb((1, -scale_log2))
-        return with_tail(core, arb(0), tail), tail
+        tail = (_tail(factors, lo, right=False) + _tail(factors, hi, right=True)) * arb((1, -scale_log2))
+        if not tail.is_finite():
+            raise CertificationError("tail bound is not finite")
+        return with_tail(core, arb(0), arb(tail.upper())), tail
 
 
 def _log_ratio(num, den, *, label: str):
     """Certified ball for log(∫num) − log(∫den) with the precision-doubling loop described above.
 
-    Returns (ε ball, precision, details dict).
+    Returns (ε ball, precision, details dict). Acceptance: radius ≤ max(REL_TOL·|ε|, ABS_TOL), so that a tiny
+    ε (a tiny Δ) is accepted at its absolute resolution instead of doubling the precision without end.
     """
     m_den, w_den, peak_den = _mode(den)
     m_num, w_num, peak_num = _mode(num)
@@ -191,16 +301,12 @@ def _log_ratio(num, den, *, label: str):
     last_error = "not attempted"
     prec = START_PREC
     while prec <= MAX_PREC:
-        # The tail 2Φ̄(T) ≤ 2φ(T)/T must be below 2^−prec relative to the peak of both integrands.
-        need = -min(peak_den, peak_num) + prec * math.log(2) + 10.0
-        T = max(10, math.ceil(math.sqrt(2.0 * need)), math.ceil(max(abs(m_den), abs(m_num)) + 10))
-        if T > T_MAX:
-            raise CertificationError(f"{label}: integrand mode too far out (T = {T} > {T_MAX})")
         centres = [(m_den, w_den)] + ([(m_num, w_num)] if abs(m_num - m_den) > w_den / 4 else [])
         bps = sorted({m + k * w for m, w in centres for k in (-12, -4, -1, 0, 1, 4, 12)})
         try:
-            i_num, tail = _enclose(num, prec=prec, T=T, scale_log2=scale_log2, breakpoints=bps)
-            i_den, _ = _enclose(den, prec=prec, T=T, scale_log2=scale_log2, breakpoints=bps)
+            window = _window(num, den, ((m_num, w_num, peak_num), (m_den, w_den, peak_den)), prec)
+            i_num, tail = _enclose(num, prec=prec, window=window, scale_log2=scale_log2, breakpoints=bps)
+            i_den, _ = _enclose(den, prec=prec, window=window, scale_log2=scale_log2, breakpoints=bps)
         except CertificationError as exc:
             last_error = str(exc)
             prec *= 2
@@ -208,10 +314,11 @@ def _log_ratio(num, den, *, label: str):
         with ctx.workprec(prec):
             if i_num > 0 and i_den > 0:
                 eps = i_num.log() - i_den.log()
-                if eps.is_finite() and (eps.is_zero() or eps.rad() <= arb(REL_TOL) * abs(eps.mid())):
+                if eps.is_finite() and eps.rad() <= max(arb(REL_TOL) * abs(eps.mid()), arb(ABS_TOL)):
                     unscale = arb((1, scale_log2))
                     details = {
-                        "T": T, "precision_bits": prec, "mode": m_den, "breakpoints": bps,
+                        "window": list(window), "T": max(abs(window[0]), abs(window[1])),   # window ⊂ [−T, T]
+                        "precision_bits": prec, "mode": m_den, "breakpoints": bps,
                         "scale_log2": scale_log2,
                         "numerator": _ball_json(i_num * unscale), "denominator": _ball_json(i_den * unscale),
                         "tail_bound": _ball_json(tail * unscale),
@@ -219,7 +326,7 @@ def _log_ratio(num, den, *, label: str):
                     return eps, prec, details
             last_error = f"ε enclosure too wide at {prec} bits: num {i_num}, den {i_den}"
         prec *= 2
-    raise CertificationError(f"{label}: no enclosure with relative radius ≤ {REL_TOL} up to "
+    raise CertificationError(f"{label}: no enclosure with radius ≤ max({REL_TOL}·ε, {ABS_TOL}) up to "
                              f"{MAX_PREC} bits ({last_error})")
 
 
@@ -235,10 +342,12 @@ def gaussian_rnm_eps(d, sigma, sensitivity, a=0.0, b=1.0) -> AccountingRecord:
     ε_RNM = log J(a − b + 2Δ) − log J(a − b), J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
     Proof: docs/selection.md.
     """
-    d = v.count("queries", d)
+    d = _bounded_count("queries", d)
     sigma = v.positive("sigma", sigma)
     a, b = score_range(a, b)
     sensitivity = range_sensitivity(sensitivity, a, b)
+    if Fraction(b) - Fraction(a) > RATIO_MAX * Fraction(sigma):
+        raise InvalidParameter("sigma", sigma, f"[(b − a)/{RATIO_MAX}, inf) = [{(b - a) / RATIO_MAX!r}, inf)")
     start = time.perf_counter()
     inputs = {"queries": d, "sigma": sigma, "sensitivity": sensitivity, "a": a, "b": b}
     worst = ("selected query at a on D′ and a + Δ on D; every other query at b on D′ and b − Δ on D")
@@ -254,10 +363,10 @@ def gaussian_rnm_eps(d, sigma, sensitivity, a=0.0, b=1.0) -> AccountingRecord:
     def factors(y2):  # J(y) with y = a − b + y2·Δ: Φ(z + y/σ)^{d−1}
         return [_Factor(alpha=lambda: arb(1),
                         beta=lambda: (arb(a) - arb(b) + y2 * arb(sensitivity)) / arb(sigma),
-                        alpha_f=1.0, beta_f=(a - b + y2 * sensitivity) / sigma, power=d - 1)]
+                        alpha_f=1.0, beta_f=_exact_float(a, -b, y2 * Fraction(sensitivity), den=sigma), power=d - 1)]
 
     eps, prec, details = _log_ratio(factors(2), factors(0), label="gaussian_rnm_eps")
-    cert = Certified.from_ball(eps, METHOD, prec, side="upper")
+    cert = _nonnegative(Certified.from_ball(eps, METHOD, prec, side="upper"))
     details.update({"numerator_is": "J(a − b + 2Δ)", "denominator_is": "J(a − b)",
                     "guarantee": "pure DP, ex-ante (same bound for every released index)",
                     "worst_case": worst, "proof": PROOF})
@@ -274,12 +383,13 @@ def gaussian_at_expost_eps(t, rho, sigma_threshold, sigma_query, sensitivity, a=
     I(v) = ∫ φ(x)·Φ((ρ + σ_X x − b + v)/σ_Z)^{t−1}·Φ((a + v − ρ − σ_X x)/σ_Z) dx.
     Proof: docs/selection.md.
     """
-    t = v.count("halting_time", t)
+    t = _bounded_count("halting_time", t)
     rho = v.finite("threshold", rho)
     sigma_X = v.positive("sigma_threshold", sigma_threshold)
     sigma_Z = v.positive("sigma_query", sigma_query)
     a, b = score_range(a, b)
     sensitivity = range_sensitivity(sensitivity, a, b)
+    _at_ranges(rho, sigma_X, sigma_Z, a, b)
     start = time.perf_counter()
 
     def factors(dv):  # I(v) with v = dv·Δ
@@ -287,14 +397,16 @@ def gaussian_at_expost_eps(t, rho, sigma_threshold, sigma_query, sensitivity, a=
         return [
             _Factor(alpha=lambda: arb(sigma_X) / arb(sigma_Z),
                     beta=lambda: (arb(rho) - arb(b) + vv()) / arb(sigma_Z),
-                    alpha_f=sigma_X / sigma_Z, beta_f=(rho - b + dv * sensitivity) / sigma_Z, power=t - 1),
+                    alpha_f=sigma_X / sigma_Z,
+                    beta_f=_exact_float(rho, -b, dv * Fraction(sensitivity), den=sigma_Z), power=t - 1),
             _Factor(alpha=lambda: -arb(sigma_X) / arb(sigma_Z),
                     beta=lambda: (arb(a) + vv() - arb(rho)) / arb(sigma_Z),
-                    alpha_f=-sigma_X / sigma_Z, beta_f=(a + dv * sensitivity - rho) / sigma_Z, power=1),
+                    alpha_f=-sigma_X / sigma_Z,
+                    beta_f=_exact_float(a, -rho, dv * Fraction(sensitivity), den=sigma_Z), power=1),
         ]
 
     eps, prec, details = _log_ratio(factors(1), factors(0), label="gaussian_at_expost_eps")
-    cert = Certified.from_ball(eps, METHOD, prec, side="upper")
+    cert = _nonnegative(Certified.from_ball(eps, METHOD, prec, side="upper"))
     details.update({
         "numerator_is": "I(Δ)", "denominator_is": "I(0)",
         "guarantee": "pure ex-post DP for the output 'halted at round t' (charge ε_AT(t) when t is released)",

@@ -14,6 +14,13 @@ Assumptions: Δ is the public score sensitivity (an assumption about the reward 
 all constants are public and fixed before data is read; noise is idealised real-valued.
 All figures are upper ends of Arb balls rounded up. `PrivITPParams.threshold_width` is the single
 definition of c used by both the mechanism and this accountant.
+
+Legal ranges (docs/selection.md, "Legal ranges and what is certified at the edges"): PrivBoN accepts every
+σ > 0, 0 < Δ ≤ r_max − r_lo (compared exactly) and n ≥ 1; the PrivITP accountants accept every
+`PrivITPParams` and finite λ̃ whose magnitudes lie within `PRIVITP_SCALE` (see `privitp_check_range`), and
+refuse anything else with InvalidParameter before any work. Inside these ranges every function returns a
+certified value: an enclosure of relative radius ≤ 1e-12, or of absolute radius ≤ 2^-1080 (below the
+smallest float) where the value is tiny; the reported float is the enclosure's upper end rounded up.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import functools
 import math
 import time
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 
 import numpy as np
 from flint import arb, ctx
@@ -31,13 +39,14 @@ from privcheck import validation as v
 from privcheck.accounting.gaussian import gaussian_epsilon
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
-from privcheck.numerics.ball import ThresholdPredicate, evaluate, evaluate_all, gauss_G
+from privcheck.numerics.ball import MAX_PREC, REL_TOL, START_PREC, ThresholdPredicate, evaluate
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
 
-__all__ = ["EX_POST_NEIGHBORING", "KappaPair", "PrivITPParams", "kappa_midpoint_float", "privbon_epsilon",
-    "privbon_sigma", "privitp_kappa", "privitp_kappa_batch", "privitp_loss", "privitp_loss_batch",
-    "privitp_phase1_epsilon", "privitp_worst_phase2", "sensitivity_and_range"]
+__all__ = ["ABS_RADIUS_LOG2", "EX_POST_NEIGHBORING", "KappaPair", "PRIVITP_SCALE", "PrivITPParams",
+    "kappa_midpoint_float", "privbon_epsilon", "privbon_sigma", "privitp_check_range", "privitp_kappa",
+    "privitp_kappa_batch", "privitp_loss", "privitp_loss_batch", "privitp_phase1_epsilon", "privitp_worst_phase2",
+    "sensitivity_and_range"]
 
 EX_POST_NEIGHBORING = "score_sensitivity"  # NeighboringRelation.SCORE_SENSITIVITY: enters only through Δ
 
@@ -51,9 +60,35 @@ def _score_range(r_lo, r_hi) -> tuple[float, float]:
 
 def _sensitivity(delta_s, r_lo: float, r_hi: float) -> float:
     d = v.positive("sensitivity", delta_s)
-    if d > r_hi - r_lo:
-        raise InvalidParameter("sensitivity", delta_s, f"(0, {r_hi - r_lo}] (at most the score range)")
+    if Fraction(d) > Fraction(r_hi) - Fraction(r_lo):  # exact: the float r_hi − r_lo may round (or overflow)
+        raise InvalidParameter("sensitivity", delta_s, f"(0, r_max − r_lo] = (0, {r_hi!r} − {r_lo!r}] "
+                               "(at most the score range, compared exactly)")
     return d
+
+
+# Absolute acceptance: a ball of radius ≤ 2^-1080 (below the smallest positive float, 2^-1074) is accepted even
+# when its relative radius is large: its upper end rounded up is the smallest float ≥ the exact value, or the
+# next one. Without it, values far below the float range (κ far above the threshold) could never be certified.
+ABS_RADIUS_LOG2 = -1080
+_ABS_RADIUS = arb(2) ** ABS_RADIUS_LOG2
+
+
+def _accepted(ball: arb, rel_tol: float) -> bool:
+    return ball.is_finite() and (ball.rad() <= _ABS_RADIUS or ball.rad() <= arb(rel_tol) * abs(ball.mid()))
+
+
+def _certify(compute, *, rel_tol: float = REL_TOL, max_prec: int = MAX_PREC) -> tuple[tuple[arb, ...], int]:
+    """Precision doubling until every ball of `compute()` has relative radius ≤ rel_tol or absolute radius
+    ≤ 2^ABS_RADIUS_LOG2; CertificationError past max_prec (never reached inside the documented ranges)."""
+    prec = START_PREC
+    while prec <= max_prec:
+        with ctx.workprec(prec):
+            balls = compute()
+        if all(_accepted(b, rel_tol) for b in balls):
+            return balls, prec
+        prec *= 2
+    raise CertificationError(f"balls did not reach relative radius {rel_tol} (or absolute 2^{ABS_RADIUS_LOG2}) "
+                             f"at {max_prec} bits")
 
 
 def sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float | None]:
@@ -66,12 +101,20 @@ def sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float
 
 # --- PrivBoN --------------------------------------------------------------------------------------
 
-def _bon_ball(n: int, span: float, sensitivity: float, sigma) -> arb:
+def _bon_ball(n: int, r_lo: float, r_hi: float, sensitivity: float, sigma) -> arb:
+    """ε_BoN(n) = log(1 + m·e^x) − log(1 + m·e^z), m = n − 1, x = R/σ, z = (R − 2Δ)/σ, R = r_hi − r_lo in Arb
+    (the float difference is never formed). Written without overflow for any x: with y = 2Δ/σ,
+    z ≥ 0: ε = y + log(m + e^-x) − log(m + e^-z);   z < 0: ε = x + log(m + e^-x) − log1p(m·e^z)."""
     if n == 1:
         return arb(0)
-    s = arb(sigma)
-    nm1 = arb(n - 1)
-    return (1 + nm1 * (arb(span) / s).exp()).log() - (1 + nm1 * ((arb(span) - 2 * arb(sensitivity)) / s).exp()).log()
+    s, m = arb(sigma), arb(n - 1)
+    span = arb(r_hi) - arb(r_lo)
+    x = span / s
+    z = (span - 2 * arb(sensitivity)) / s
+    head = (m + (-x).exp()).log()
+    if Fraction(r_hi) - Fraction(r_lo) >= 2 * Fraction(sensitivity):   # the sign of z, decided exactly
+        return 2 * arb(sensitivity) / s + head - (m + (-z).exp()).log()
+    return x + head - (m * z.exp()).log1p()
 
 
 def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0,
@@ -95,7 +138,7 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
         if r_max is None:
             raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
         inputs.update(r_lo=r_lo, r_max=r_hi)
-        ball, prec = evaluate(lambda: _bon_ball(n, r_hi - r_lo, sensitivity, sigma))
+        ball, prec = evaluate(lambda: _bon_ball(n, r_lo, r_hi, sensitivity, sigma))
         exact = Certified.from_ball(ball, "arb", prec)
         details["bounded_range"] = exact.value
         details["bounded_range_certified"] = exact.to_json()
@@ -123,7 +166,7 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
             raise InvalidParameter("candidates", candidates, "an integer >= 1 (with r_max) for tight calibration")
         n = v.count("candidates", candidates)
         inputs.update(candidates=n, r_lo=r_lo, r_max=r_hi)
-        holds = ThresholdPredicate(lambda s: _bon_ball(n, r_hi - r_lo, sensitivity, s), epsilon)
+        holds = ThresholdPredicate(lambda s: _bon_ball(n, r_lo, r_hi, sensitivity, s), epsilon)
         br = certified_crossing(holds, nominal, domain=(nominal * 1e-6, nominal), increasing=True)
         cert = Certified.from_bracket(br.fails_end, br.holds_end, "arb_bisection", holds.precision_bits)
         method = "bounded_range_tight"
@@ -172,14 +215,92 @@ class PrivITPParams:
         return asdict(self)
 
 
-# Float rounding of the mechanism's c = fl(fl(r_hi + fl(σ_Z·L)) − λ̃): three roundings, each ≤ 2^-53·|result|.
+# Float rounding of the mechanism's c = fl(fl(r_hi + fl(σ_Z·L)) − λ̃): three roundings, each ≤ 2^-53·|result|
+# for a normal result and ≤ 2^-1075 for a subnormal one (covered by the 2^-1000 term of the scale).
 _ROUNDING = 2.0 ** -51
+
+# The documented range of the PrivITP accountants: |r_lo|, |r_max|, σ_Z·L, c_min and |λ̃| at most
+# 2^128·σ_Z and at most 2^1000 (so the mechanism's float c and the rounding scale stay finite); Δ and c_min at
+# least 2^-128·σ_Z and 2^-192·σ_Z. Inside it, the precision the certified evaluation needs is bounded
+# (≈ 2·log2 of the largest argument, plus 2^-1080 absolute for tiny κ): every call returns.
+PRIVITP_SCALE = {"ratio_log2": 128, "abs_log2": 1000, "sensitivity_ratio_log2": -128, "c_min_ratio_log2": -192}
+
+
+def _at_most(name: str, value, magnitude: Fraction, sigma: Fraction, what: str):
+    s = PRIVITP_SCALE
+    if magnitude > Fraction(2) ** s["ratio_log2"] * sigma or magnitude > Fraction(2) ** s["abs_log2"]:
+        raise InvalidParameter(name, value, f"{what} at most min(2^{s['ratio_log2']}·sigma_z, 2^{s['abs_log2']}) "
+                               "(the certified range of the PrivITP accountant, docs/selection.md)")
+
+
+@functools.lru_cache(maxsize=256)
+def _check_params_range(params: PrivITPParams) -> None:
+    s = PRIVITP_SCALE
+    sigma = Fraction(params.sigma_z)
+    _at_most("r_lo", params.r_lo, abs(Fraction(params.r_lo)), sigma, "|r_lo|")
+    _at_most("r_max", params.r_max, abs(Fraction(params.r_max)), sigma, "|r_max|")
+    _at_most("headroom", params.headroom, Fraction(params.headroom) * sigma, sigma, "sigma_z·headroom")
+    _at_most("c_min", params.c_min, Fraction(params.c_min), sigma, "c_min")
+    for name, value, k in (("sensitivity", params.sensitivity, s["sensitivity_ratio_log2"]),
+                           ("c_min", params.c_min, s["c_min_ratio_log2"])):
+        if Fraction(value) < Fraction(2) ** k * sigma:
+            raise InvalidParameter(name, value, f"at least 2^{k}·sigma_z (the certified range of the PrivITP "
+                                   "accountant, docs/selection.md)")
+
+
+def _lambda_limit(params: PrivITPParams) -> float:
+    """The largest legal |λ̃| as an exact float (σ_Z·2^128 is a power-of-two scaling: exact, or inf)."""
+    return min(params.sigma_z * 2.0 ** PRIVITP_SCALE["ratio_log2"], 2.0 ** PRIVITP_SCALE["abs_log2"])
+
+
+def privitp_check_range(params: PrivITPParams, lambda_tilde=None) -> None:
+    """Raise InvalidParameter unless `params` (and λ̃, when given) lie in the documented certified range
+    (`PRIVITP_SCALE`): |r_lo|, |r_max|, σ_Z·L, c_min, |λ̃| ≤ min(2^128·σ_Z, 2^1000); Δ ≥ 2^-128·σ_Z;
+    c_min ≥ 2^-192·σ_Z. Checked exactly, before any work."""
+    if not isinstance(params, PrivITPParams):
+        raise InvalidParameter("params", type(params).__name__, "a PrivITPParams")
+    _check_params_range(params)
+    if lambda_tilde is not None:
+        lt = v.finite("lambda_tilde", lambda_tilde)
+        if abs(lt) > _lambda_limit(params):
+            _at_most("lambda_tilde", lambda_tilde, abs(Fraction(lt)), Fraction(params.sigma_z), "|lambda_tilde|")
 
 
 def _rounding_bucket(params: PrivITPParams, lambda_abs: float) -> int:
-    """Exponent e with |c_float − c_exact| ≤ 2^e for every λ̃ with |λ̃| ≤ lambda_abs."""
-    scale = abs(params.r_max) + abs(params.sigma_z * params.headroom) + lambda_abs + 1.0
-    return math.ceil(math.log2(_ROUNDING * scale))
+    """Exponent e with |c_float − c_exact| ≤ 2^e for every λ̃ with |λ̃| ≤ lambda_abs (finite in range)."""
+    scale = abs(params.r_max) + abs(params.sigma_z * params.headroom) + lambda_abs + 2.0 ** -1000
+    return math.frexp(_ROUNDING * scale)[1]          # _ROUNDING·scale ≤ 2^e, exactly
+
+
+def _erfc(t: arb) -> arb:
+    """erfc over a ball through its exact endpoints (erfc is decreasing). Arb's erfc of an *inexact* argument
+    far in the tail returns a ball containing 0 at every precision (observed: t ≈ 1.2e8 at 1024 bits), while
+    its erfc of an exact point is accurate; the PrivITP arguments reach |t| ≈ 2^128 inside the legal range."""
+    if t.rad() == 0:
+        return t.erfc()
+    return t.upper().erfc().union(t.lower().erfc())
+
+
+def _gauss_G(u: arb) -> arb:
+    """G(u) = uΦ(u) + φ(u) (G′ = Φ > 0, so a wide ball maps through its endpoints); for u < 0 as
+    φ(v)(1 − v·Φ̄(v)/φ(v)), v = −u, whose cancellation (≈ 1/v²) the precision loop absorbs."""
+    if u.is_finite() and u.rad() > arb(2) ** (10 - ctx.prec) * (1 + abs(u.mid())):
+        return _gauss_G_exact(u.lower()).union(_gauss_G_exact(u.upper()))
+    return _gauss_G_exact(u)
+
+
+_G_CONSTANTS: dict[int, tuple[arb, arb]] = {}
+
+
+def _gauss_G_exact(u: arb) -> arb:
+    if ctx.prec not in _G_CONSTANTS:   # (√2, 1/√(2π)) per precision
+        _G_CONSTANTS[ctx.prec] = (arb(2).sqrt(), 1 / (2 * arb.pi()).sqrt())
+    root2, inv_root_2pi = _G_CONSTANTS[ctx.prec]
+    if u >= 0:
+        return u * _erfc(-u / root2) / 2 + (-(u * u) / 2).exp() * inv_root_2pi
+    v = -u
+    pdf = (-(v * v) / 2).exp() * inv_root_2pi
+    return pdf * (1 - v * ((_erfc(v / root2) / 2) / pdf))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -193,7 +314,7 @@ def _anchors(params: PrivITPParams, bucket: int, prec: int) -> tuple[arb, arb, a
         shift = arb(0, arb(2) ** bucket) / s
         top = arb(params.headroom) + shift
         bottom = (arb(params.r_lo) - arb(params.r_max)) / s - arb(params.headroom) - shift
-        return gauss_G(top), gauss_G(top + ds), gauss_G(bottom), gauss_G(bottom + ds)
+        return _gauss_G(top), _gauss_G(top + ds), _gauss_G(bottom), _gauss_G(bottom + ds)
 
 
 def _kappa_balls(p: PrivITPParams, lt: arb, c: float | None, bucket: int, which=(True, True)):
@@ -213,10 +334,10 @@ def _kappa_balls(p: PrivITPParams, lt: arb, c: float | None, bucket: int, which=
         g_top, g_top_ds, g_bot, g_bot_ds = _anchors(p, bucket, ctx.prec)
     else:
         h = arb(c) / s
-        g_top, g_top_ds = gauss_G(a0 + h), gauss_G(a0 + h + ds)
-        g_bot, g_bot_ds = gauss_G(b0 - h), gauss_G(b0 - h + ds)
-    kappa = ((g_top_ds - gauss_G(a0 + ds)).log() - (g_top - gauss_G(a0)).log()) if which[0] else None
-    kappa_acc = ((gauss_G(b0 + ds) - g_bot_ds).log() - (gauss_G(b0) - g_bot).log()) if which[1] else None
+        g_top, g_top_ds = _gauss_G(a0 + h), _gauss_G(a0 + h + ds)
+        g_bot, g_bot_ds = _gauss_G(b0 - h), _gauss_G(b0 - h + ds)
+    kappa = ((g_top_ds - _gauss_G(a0 + ds)).log() - (g_top - _gauss_G(a0)).log()) if which[0] else None
+    kappa_acc = ((_gauss_G(b0 + ds) - g_bot_ds).log() - (_gauss_G(b0) - g_bot).log()) if which[1] else None
     return kappa, kappa_acc
 
 
@@ -239,7 +360,15 @@ class KappaPair:
 
 @functools.lru_cache(maxsize=65536)
 def privitp_kappa(params: PrivITPParams, lambda_tilde: float) -> KappaPair:
-    """Certified κ and κ_acc at the released λ̃ (cached: the pair is a pure function of public values)."""
+    """Certified κ and κ_acc at the released λ̃ (cached: the pair is a pure function of public values).
+
+    Legal input: `privitp_check_range(params, λ̃)` (InvalidParameter otherwise, before any work). Each of
+    `kappa`/`kappa_acc` is an enclosure [lower, upper] of the exact value with relative radius ≤ 1e-12 or, where
+    the value is tiny (κ far above the threshold top is far below the float range), absolute radius
+    ≤ 2^-1080; the reported value is the upper end rounded up, so it is never below the exact value.
+    """
+    privitp_check_range(params, lambda_tilde)
+    lambda_tilde = float(lambda_tilde)
     c = params.threshold_width(lambda_tilde)
     clamped = c == params.c_min
     bucket = _rounding_bucket(params, abs(lambda_tilde))
@@ -247,32 +376,47 @@ def privitp_kappa(params: PrivITPParams, lambda_tilde: float) -> KappaPair:
     try:  # fast path: λ̃-free anchors (cached), c's rounding enclosed as a ball of radius 2^bucket
         if clamped:
             raise CertificationError("clamped: use the exact form")
-        (k_ball, ka_ball), prec = evaluate_all(lambda: _kappa_balls(params, lt, None, bucket), max_prec=128)
+        (k_ball, ka_ball), prec = _certify(lambda: _kappa_balls(params, lt, None, bucket), max_prec=128)
     except CertificationError:  # exact path: the mechanism's float c itself (narrows with precision)
-        (k_ball, ka_ball), prec = evaluate_all(lambda: _kappa_balls(params, lt, c, bucket))
+        (k_ball, ka_ball), prec = _certify(lambda: _kappa_balls(params, lt, c, bucket))
     return KappaPair(lambda_tilde, c, Certified.from_ball(k_ball, "arb_closed_form", prec),
                      Certified.from_ball(ka_ball, "arb_closed_form", prec), k_ball, ka_ball)
 
 
+# A cell's bound is computed at most at this precision: its width is set by the rounding ball of c, which more
+# precision does not shrink; a cell that cannot reach the tolerance falls back to the per-value evaluation.
+_CELL_MAX_PREC = 512
+
+
 @functools.lru_cache(maxsize=1 << 18)
 def _cell_upper(params: PrivITPParams, cell: int, log2_step: int) -> tuple[float, float]:
-    """Upper bounds of κ and κ_acc over every λ̃ in [cell·2^s, (cell+1)·2^s] (s = log2_step).
+    """Upper bounds of κ and κ_acc over every λ̃ in [cell·2^s, (cell+1)·2^s] (s = log2_step); (inf, inf) when
+    the cell cannot be bounded this way (the clamp may bind, or the tolerance is not reached).
 
     Where c is not clamped, κ is non-increasing and κ_acc non-decreasing in λ̃ (log-concavity of Φ,
     docs/selection.md), so the bounds are κ at the cell's lower end and κ_acc at its upper end, with the
-    float rounding of the mechanism's c enclosed as a ball. Cells where the clamp may bind return inf.
+    float rounding of the mechanism's c enclosed as a ball. The caller guarantees |cell| + 1 ≤ 2^53, so both
+    ends are exact floats.
     """
+    if not abs(cell) + 1 <= 2 ** 53:
+        raise InvalidParameter("cell", cell, "an integer with |cell| + 1 <= 2^53")
     step = 2.0 ** log2_step
-    lo, hi = cell * step, (cell + 1) * step
+    lo, hi = cell * step, (cell + 1) * step          # exact: integers below 2^53 times a power of two
     bucket = _rounding_bucket(params, max(abs(lo), abs(hi)))
-    if params.r_max + params.sigma_z * params.headroom - hi <= params.c_min + 2.0 ** bucket:
+    # Unclamped on the whole cell iff the exact r_hi + σ_Z·L − hi exceeds c_min by more than c's rounding.
+    margin = (Fraction(params.r_max) + Fraction(params.sigma_z) * Fraction(params.headroom) - Fraction(hi)
+              - Fraction(2) ** bucket)
+    if not margin > Fraction(params.c_min):
         return math.inf, math.inf
 
     def compute():
         return (_kappa_balls(params, arb(lo), None, bucket, (True, False))[0],
                 _kappa_balls(params, arb(hi), None, bucket, (False, True))[1])
 
-    (k_ball, ka_ball), _ = evaluate_all(compute, rel_tol=1e-9)
+    try:
+        (k_ball, ka_ball), _ = _certify(compute, rel_tol=1e-9, max_prec=_CELL_MAX_PREC)
+    except CertificationError:
+        return math.inf, math.inf
     return float_up(k_ball), float_up(ka_ball)
 
 
@@ -282,28 +426,37 @@ def privitp_kappa_batch(params: PrivITPParams, lambda_tildes, *,
 
     λ̃ values are grouped into the cells of a public dyadic grid (step 2^log2_step); each cell is
     evaluated once, at the end where the loss is largest (monotonicity in λ̃), so the certified bound holds
-    for every λ̃ in the cell and overcharges by at most the loss's variation over one cell (about
-    2^log2_step · Δ/σ_Z² for κ_acc). Cells where the clamp of c may bind fall back to the per-value
-    `privitp_kappa`. Results are cached per (params, cell).
+    for every λ̃ in the cell: exact ≤ batch ≤ (the exact value at that cell end)·(1 + 3e-9), an overcharge of
+    at most the loss's variation over one cell (about 2^log2_step · Δ/σ_Z² for κ_acc). Values whose cell
+    cannot be used — the clamp of c may bind, |λ̃| ≥ 2^(52 + log2_step) (the cell index would need more than
+    53 bits), or the cell misses its tolerance — get the per-value `privitp_kappa` upper end instead. Legal
+    input: `privitp_check_range` for every value; results are cached per (params, cell).
     """
     lts = np.asarray(lambda_tildes, dtype=np.float64)
     if lts.ndim != 1 or not np.all(np.isfinite(lts)):
         raise InvalidParameter("lambda_tildes", "array", "a 1-D array of finite reals")
     if isinstance(log2_step, bool) or not isinstance(log2_step, int) or not -40 <= log2_step <= 0:
         raise InvalidParameter("log2_step", log2_step, "an integer in [-40, 0]")
-    cells = np.floor(lts / 2.0 ** log2_step).astype(np.int64)
+    privitp_check_range(params)
+    if lts.size and float(np.max(np.abs(lts))) > _lambda_limit(params):
+        privitp_check_range(params, float(lts[np.argmax(np.abs(lts))]))
     kappa = np.empty_like(lts)
     kappa_acc = np.empty_like(lts)
+    on_grid = np.abs(lts) < 2.0 ** (52 + log2_step)        # then |cell| ≤ 2^52: exact in float64 and int64
+    grid_index = np.nonzero(on_grid)[0]
+    per_value = np.nonzero(~on_grid)[0].tolist()
+    cells = np.floor(lts[grid_index] / 2.0 ** log2_step)   # exact: a power-of-two scaling, no overflow here
     uniq, inverse = np.unique(cells, return_inverse=True)
     for u_index, cell in enumerate(uniq.tolist()):
-        k_up, ka_up = _cell_upper(params, cell, log2_step)
-        members = np.nonzero(inverse == u_index)[0]
-        if math.isfinite(k_up):
+        k_up, ka_up = _cell_upper(params, int(cell), log2_step)
+        members = grid_index[inverse.reshape(-1) == u_index]
+        if math.isfinite(k_up) and math.isfinite(ka_up):
             kappa[members], kappa_acc[members] = k_up, ka_up
         else:
-            for m in members:
-                pair = privitp_kappa(params, float(lts[m]))
-                kappa[m], kappa_acc[m] = pair.kappa.value, pair.kappa_acc.value
+            per_value.extend(members.tolist())
+    for m in per_value:
+        pair = privitp_kappa(params, float(lts[m]))
+        kappa[m], kappa_acc[m] = pair.kappa.value, pair.kappa_acc.value
     return kappa, kappa_acc
 
 
@@ -325,6 +478,7 @@ def privitp_loss(params: PrivITPParams, lambda_tilde: float, halting_time: int |
         halting_time = v.count("halting_time", halting_time)
         if halting_time > params.candidates:
             raise InvalidParameter("halting_time", halting_time, f"1..{params.candidates} (or fallback)")
+    privitp_check_range(params, lambda_tilde)
     pair = privitp_kappa(params, lambda_tilde)
     eps1 = privitp_phase1_epsilon(params)
     eps2_ball = pair.phase2_ball(halting_time, params.candidates)
@@ -351,18 +505,22 @@ def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
     ts = list(halting_times)
     if len(ts) != lts.shape[0]:
         raise InvalidParameter("halting_times", len(ts), f"one per lambda_tilde ({lts.shape[0]})")
+    checked = []
+    for t in ts:   # every halting time is validated before any work
+        if t is not None:
+            t = v.count("halting_time", t)
+            if t > params.candidates:
+                raise InvalidParameter("halting_time", t, f"1..{params.candidates} (or fallback)")
+        checked.append(t)
+    ts = checked
     if log2_step is None:
-        return [privitp_loss(params, float(lt), None if t is None else int(t)) for lt, t in zip(lts, ts)]
+        return [privitp_loss(params, float(lt), t) for lt, t in zip(lts, ts)]
     start = time.perf_counter()
     kappa, kappa_acc = privitp_kappa_batch(params, lts, log2_step=log2_step)
     eps1 = privitp_phase1_epsilon(params)
     params_json = params.to_json()   # once: asdict per record dominated the batch
     records = []
     for lt, t, k, ka in zip(lts.tolist(), ts, kappa.tolist(), kappa_acc.tolist()):
-        if t is not None:
-            t = v.count("halting_time", t)
-            if t > params.candidates:
-                raise InvalidParameter("halting_time", t, f"1..{params.candidates} (or fallback)")
         eps2 = arb(params.candidates) * arb(k) if t is None else arb(t - 1) * arb(k) + arb(ka)
         eps2_up = float_up(eps2)
         total = float_up(arb(eps1.value) + eps2)

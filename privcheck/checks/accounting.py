@@ -57,12 +57,15 @@ def run_suite(seed: int | None = None) -> SuiteResult:
         inputs = {"n": n, "m": m, "q": q, "T": T, "sigma": sigma, "delta": delta}
         event = acc.PoissonGaussianEvent(q, sigma, T)
         pld = acc.epsilon(event, delta)
+        floats = acc.epsilon(event, delta, method="pld_float")
         rdp = acc.epsilon(event, delta, method="rdp")
-        result.records += [pld, rdp]
+        result.records += [pld, floats, rdp]
         rec.run(f"table_vi.{name}.pld", lambda: all_of(
             within(round(pld.value, 3), paper, 1e-3, "PLD rounded to the paper's 3 decimals"),
             within(pld.value, repro, 1e-4, "PLD against the reproduced 4-decimal figure")),
             reference=PAPER + " (PLD column)", inputs=inputs)
+        rec.run(f"table_vi.{name}.certified_vs_float", lambda: _certified_beside(pld, floats.value),
+                reference="dp-accounting's float PLD (pessimistic, connect-the-dots) at 1e-4", inputs=inputs)
         rec.run(f"table_vi.{name}.rdp_cross_check", lambda: all_of(
             within(rdp.value, rdp060, 1e-3, "RDP against dp-accounting 0.6.0's figure"),
             within(rdp.value, rdp_paper, 0.03, "RDP against the paper's (0.4.3) figure, stated tolerance 0.03"),
@@ -97,12 +100,14 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     for q, sigma, delta in ((128 / 6988, 0.4842404738068581, 1 / 69880), (0.25, 1.144, 1e-3), (1.0, 1.0, 1e-5)):
         inputs = {"q": q, "sigma": sigma, "T": 1, "delta": delta}
         exact = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta, method="exact_single_round")
-        pld1 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta)
-        result.records += [exact, pld1]
+        pld1 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta, method="pld_float")
+        cert1 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, 1), delta)
+        result.records += [exact, pld1, cert1]
         cert = exact.certified
         rec.run(f"single_round.q{q:.4g}_s{sigma:.4g}.pld_vs_certified", lambda: all_of(
-            at_most(cert.lower, pld1.value, 0.0, "PLD (an upper bound) must not be below the exact ε"),
-            within(pld1.value, cert.upper, 1e-5, "PLD within 1e-5 of the exact ε")),
+            at_most(cert.lower, pld1.value, 0.0, "float PLD (an upper bound) must not be below the exact ε"),
+            within(pld1.value, cert.upper, 1e-5, "float PLD within 1e-5 of the exact ε"),
+            _encloses(cert1, cert.lower, cert.upper, "certified PLD enclosure against the exact one")),
             reference="exact hockey-stick divergence, closed form in Arb ball arithmetic", inputs=inputs)
 
         def _integral_check(q=q, sigma=sigma, cert=cert):
@@ -122,11 +127,13 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     # 4. Small T: quadrature recursion (second method) against PLD.
     for q, sigma, T, delta in ((0.25, 1.144, 2, 1e-3), (128 / 6988, 0.4842404738068581, 2, 1 / 69880)):
         quad = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta, method="quadrature")
-        pld2 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta)
-        result.records += [quad, pld2]
+        pld2 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta, method="pld_float")
+        cert2 = acc.epsilon(acc.PoissonGaussianEvent(q, sigma, T), delta)
+        result.records += [quad, pld2, cert2]
         rec.run(f"small_T.q{q:.4g}_T{T}.pld_vs_quadrature", lambda: all_of(
-            at_most(quad.value, pld2.value, 1e-9, "PLD must not be below the quadrature ε"),
-            within(pld2.value, quad.value, 1e-5)),
+            at_most(quad.value, pld2.value, 1e-9, "float PLD must not be below the quadrature ε"),
+            within(pld2.value, quad.value, 1e-5),
+            _encloses(cert2, quad.value - 1e-9, quad.value + 1e-9, "certified PLD enclosure against quadrature")),
             reference="hockey-stick recursion δ_T(ε) = E_A[δ_{T−1}(ε − L)] by adaptive quadrature",
             inputs={"q": q, "sigma": sigma, "T": T, "delta": delta})
 
@@ -144,9 +151,11 @@ def run_suite(seed: int | None = None) -> SuiteResult:
         rec.run(f"analytic_gaussian.sigma{sigma}_delta{delta}.enclosure", _gauss_check,
                 reference="Balle & Wang 2018 Thm 8, evaluated in mpmath at 60 digits",
                 inputs={"sigma": sigma, "delta": delta})
-        pld_g = acc.epsilon(acc.PoissonGaussianEvent(1.0, sigma, 1), delta)
+        pld_g = acc.epsilon(acc.PoissonGaussianEvent(1.0, sigma, 1), delta, method="pld_float")
+        cert_g = acc.epsilon(acc.PoissonGaussianEvent(1.0, sigma, 1), delta)
         rec.run(f"analytic_gaussian.sigma{sigma}_delta{delta}.dp_accounting_q1", lambda: all_of(
-            at_most(g.certified.lower, pld_g.value, 0.0), within(pld_g.value, g.value, 1e-5)),
+            at_most(g.certified.lower, pld_g.value, 0.0), within(pld_g.value, g.value, 1e-5),
+            _encloses(cert_g, g.certified.lower, g.certified.upper, "certified PLD (q = 1) against the analytic")),
             reference="dp-accounting Gaussian PLD (q = 1), a different library",
             inputs={"sigma": sigma, "delta": delta})
 
@@ -190,15 +199,18 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     for label, event, delta in (("history_two_phase", acc.CompositionHistory.parse("1.0:0.05:100,0.8:0.05:100"), 1e-5),
                                 ("math_row", acc.PoissonGaussianEvent(128 / 6988, 0.4842404738068581, 50),
                                  1 / 69880)):
-        ours = acc.epsilon(event, delta)
-        result.records.append(ours)
+        ours = acc.epsilon(event, delta, method="pld_float")
+        certified = acc.epsilon(event, delta)
+        result.records += [ours, certified]
 
-        def _dp_accounting_check(event=event, delta=delta, ours=ours):
+        def _dp_accounting_check(event=event, delta=delta, ours=ours, certified=certified):
             from dp_accounting.pld import PLDAccountant
             accountant = PLDAccountant()
             accountant.compose(event.to_dp_event())
             theirs = accountant.get_epsilon(delta)
-            return within(ours.value, theirs, 1e-9, "epsilon(event) against PLDAccountant(event.to_dp_event())")
+            return all_of(
+                within(ours.value, theirs, 1e-9, "epsilon(event, method='pld_float') against PLDAccountant"),
+                _certified_beside(certified, theirs))
         rec.run(f"events.{label}.dp_accounting_pld_accountant", _dp_accounting_check,
                 reference="dp-accounting's PLDAccountant composing our to_dp_event() (its own composition path)",
                 inputs=event.to_json())
@@ -214,6 +226,25 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     result.checks = rec.checks
     result.figures = _figures()
     return result
+
+
+def _certified_beside(record, float_value: float) -> dict:
+    """The certified record carries an enclosure with gap ≤ 1e-3 whose lower end is not above dp-accounting's
+    float upper estimate and whose upper end (the reported figure) is at most 1e-3 above it."""
+    cert = record.certified
+    ok = (cert is not None and record.value == cert.upper and cert.width <= 1e-3
+          and cert.lower <= float_value + 1e-9 and cert.upper - float_value <= 1e-3)
+    return {"passed": bool(ok), "observed": None if cert is None else [cert.lower, cert.upper],
+            "expected": f"lower ≤ {float_value!r}, upper ≤ that + 1e-3, gap ≤ 1e-3", "tolerance": 1e-3,
+            "message": "certified PLD enclosure beside dp-accounting's float figure"}
+
+
+def _encloses(record, lower: float, upper: float, message: str) -> dict:
+    """The certified enclosure of `record` intersects [lower, upper] (a reference enclosure of the exact ε)."""
+    cert = record.certified
+    ok = cert is not None and cert.lower <= upper and lower <= cert.upper
+    return {"passed": bool(ok), "observed": None if cert is None else [cert.lower, cert.upper],
+            "expected": [lower, upper], "tolerance": 0.0, "message": message}
 
 
 def _figures() -> dict:

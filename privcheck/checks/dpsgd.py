@@ -40,7 +40,7 @@ from privcheck.errors import InvalidParameter
 
 __all__ = ["ACCOUNTANT_INTERVAL", "check_accountant_agreement", "check_clip_contract", "check_fresh_randomness",
            "check_noise_calibration", "check_poisson_sampling", "check_public_normalisation",
-           "check_record_isolation", "check_sensitivity_add_remove", "discretisation_bound"]
+           "check_record_isolation", "check_sensitivity_add_remove"]
 
 
 # ------------------------------------------------------------------------------------------------ V2
@@ -450,43 +450,30 @@ def check_fresh_randomness(b: SuiteBindings, precision: str | None = None, *, p:
 
 # --------------------------------------------------------------------------------------- accountant
 
-ACCOUNTANT_INTERVAL = 1e-4   # privcheck's reported PLD figure uses this discretisation (docs/accounting.md)
-
-
-def discretisation_bound(event, interval: float) -> float:
-    """The bound on privcheck's PLD error: ε_true ≤ ε_PLD ≤ ε_true + T·interval (T = total steps of `event`).
-
-    Why (docs/checks.md, "accountant_agreement"): per round, the pessimistic connect-the-dots PLD's privacy
-    curve interpolates the exact curve at grid points iΔ and lies above it, so δ_PLD(ε) ≤ δ(ε − Δ): the PLD is
-    dominated by the exact pair with its privacy loss shifted up by Δ. Domination survives composition, and T
-    shifts add, so δ_PLD,T(ε) ≤ δ_T(ε − TΔ), i.e. ε_PLD ≤ ε_true + TΔ (up to the truncated tail masses,
-    below 1e-15 in δ). The pessimism gives the other side, ε_PLD ≥ ε_true."""
-    return float(event.steps) * float(interval)
+ACCOUNTANT_INTERVAL: float | None = None   # privcheck's reported figure: the certified PLD's own default grid
 
 
 def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *,
-                               interval: float = ACCOUNTANT_INTERVAL) -> CheckResult:
+                               interval: float | None = ACCOUNTANT_INTERVAL) -> CheckResult:
     """`accountant_agreement`: the ε the user's own accountant reports (`user_epsilon`, a float or a callable
     returning one, or a record with `.value`) for the user's run (`accountant_event`, a `PoissonGaussianEvent`
-    or `CompositionHistory` at the user's q, σ, T, and `delta`) against privcheck's PLD of the same event
-    (`privcheck.accounting.epsilon(event, delta, interval=interval)`).
+    or `CompositionHistory` at the user's q, σ, T, and `delta`) against privcheck's certified PLD of the same
+    event (`privcheck.accounting.epsilon(event, delta)`, an enclosure [lower, upper] of the exact ε).
 
-    Verdict: fail when the user's ε is below a proven lower bound of the exact ε, the larger of ε_PLD − T·interval
-    (the PLD figure's own discretisation bound, `discretisation_bound`) and dp-accounting's optimistic PLD
-    (`privcheck.accounting.epsilon_lower_bound`, about T·interval/2 below ε_PLD): the user's accountant then
-    under-reports the privacy loss. Pass otherwise; a value above privcheck's (a looser accountant, e.g. RDP)
-    passes with the gap reported. A user value within the band [lower bound, ε_PLD) passes as "not
-    provably below" (the message says so); a smaller `interval` narrows the band (the PLD costs ~1/interval).
-    NaN fails; +inf passes (it claims nothing). Deterministic; no false failures (the bound is a proof, not a
-    statistic). Precision-independent."""
+    Verdict: fail when the user's ε is below the enclosure's lower end, a proven lower bound of the exact ε: the
+    user's accountant then under-reports the privacy loss. Pass otherwise; a value above privcheck's (a looser
+    accountant, e.g. RDP) passes with the gap reported; a value inside the enclosure passes as "not provably
+    below" (the message says so). `interval` fixes the certified PLD's lattice (None: its default, refined to a
+    gap ≤ 1e-3). NaN fails; +inf passes (it claims nothing). Deterministic; no false failures (the bound is a
+    proof, not a statistic). Precision-independent."""
     precision = resolve_precision(precision, b)
-    if not (isinstance(interval, float) and 0 < interval <= 1e-2):
-        raise InvalidParameter("interval", interval, "a float in (0, 1e-2]")
+    if interval is not None and not (isinstance(interval, float) and 0 < interval <= 1e-2):
+        raise InvalidParameter("interval", interval, "None or a float in (0, 1e-2]")
     inputs = {"interval": interval}
 
     def fn():
         need(b, "accountant_event", "delta", "user_epsilon")
-        from privcheck.accounting import CompositionHistory, PoissonGaussianEvent, epsilon, epsilon_lower_bound
+        from privcheck.accounting import CompositionHistory, PoissonGaussianEvent, epsilon
 
         event = b.accountant_event
         if not isinstance(event, (PoissonGaussianEvent, CompositionHistory)):
@@ -494,13 +481,10 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
                                    "a PoissonGaussianEvent or CompositionHistory (the user's q, σ, T)")
         raw = b.user_epsilon() if callable(b.user_epsilon) else b.user_epsilon
         user = value_of(raw)
-        ours_rec = epsilon(event, b.delta, interval=interval)
+        ours_rec = epsilon(event, b.delta, **({} if interval is None else {"interval": interval}))
         ours = float(ours_rec.value)
         inputs.update(event=event.to_json(), delta=b.delta)
-        # the largest proven lower bound on the exact ε: ε_PLD − T·Δ, or the optimistic PLD (about T·Δ/2 higher)
-        lower = ours - discretisation_bound(event, interval)
-        if math.isfinite(ours):
-            lower = max(lower, epsilon_lower_bound(event, b.delta, interval=interval))
+        lower = ours_rec.certified.lower if ours_rec.certified is not None else 0.0
         band = ours - lower
         if math.isnan(user):
             passed, verdict = False, "the user's accountant returned NaN"
@@ -510,22 +494,21 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
             gap = user - ours
             passed = user >= lower
             if gap >= 0:
-                verdict = f"user's ε is {gap:.6g} above privcheck's PLD (safe side)"
+                verdict = f"user's ε is {gap:.6g} above privcheck's certified PLD (safe side)"
             elif passed:
-                verdict = (f"user's ε is {-gap:.3g} below privcheck's PLD, within its discretisation band "
-                           f"{band:.3g} (lower bound {lower:.6g}): not provably below the exact ε")
+                verdict = (f"user's ε is {-gap:.3g} below privcheck's certified upper end, inside its enclosure "
+                           f"(width {band:.3g}, lower end {lower:.6g}): not provably below the exact ε")
             else:
-                verdict = (f"user's ε is {-gap:.6g} below privcheck's PLD, below the proven lower bound "
+                verdict = (f"user's ε is {-gap:.6g} below privcheck's PLD, below the certified lower bound "
                            f"{lower:.6g} of the exact ε: the user's accountant under-reports ε")
         gap = user - ours
         observed = {"user_epsilon": user, "privcheck_epsilon": ours, "privcheck_lower_bound": lower, "gap": gap,
                     "relative_gap": gap / ours if ours and math.isfinite(ours) and math.isfinite(gap) else None,
                     "steps": int(event.steps), "delta": float(b.delta)}
         return {"passed": passed, "observed": observed,
-                "expected": {"user_epsilon": f">= {lower!r} (the proven lower bound; privcheck's PLD {ours!r})"},
-                "tolerance": {"below_privcheck": band,
-                              "rule": "max(ε_PLD − steps·interval, optimistic PLD): a lower bound of the exact ε"},
+                "expected": {"user_epsilon": f">= {lower!r} (the certified lower bound; privcheck's ε {ours!r})"},
+                "tolerance": {"below_privcheck": band, "rule": "the certified PLD enclosure's lower end"},
                 "message": verdict}
 
-    return evaluate(b, "accountant_agreement", precision, "privcheck's PLD (dp-accounting, pessimistic "
-                    "connect-the-dots) and optimistic PLD: ε_true ∈ [lower bound, ε_PLD] (docs/checks.md)", inputs, fn)
+    return evaluate(b, "accountant_agreement", precision, "privcheck's certified PLD enclosure of the exact ε "
+                    "(docs/accounting.md, \"Certified PLD\"; docs/checks.md)", inputs, fn)

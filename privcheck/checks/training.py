@@ -86,7 +86,6 @@ from privcheck.checks.dpsgd import (
     check_public_normalisation,
     check_record_isolation,
     check_sensitivity_add_remove,
-    discretisation_bound,
 )
 from privcheck.checks.grpo import (
     check_accountant_reference,
@@ -104,4 +103,4 @@ __all__ = ["CHECKS", "DPSGD_CHECKS", "GRPO_CHECKS", "PRECISIONS", "PREFLIGHT_CHE
            "check_constant_reward_groups", "check_fresh_randomness", "check_loss_reference", "check_names",
            "check_noise_calibration", "check_nonprivate_equivalence", "check_poisson_sampling",
            "check_public_normalisation", "check_record_isolation", "check_sensitivity_add_remove",
-           "discretisation_bound", "precision_preflight", "resolve_precision", "run_suite", "tolerances"]
+           "precision_preflight", "resolve_precision", "run_suite", "tolerances"]

@@ -15,7 +15,7 @@ from typing import Callable
 
 from privcheck.errors import CertificationError
 
-__all__ = ["Bracket", "certified_crossing"]
+__all__ = ["Bracket", "certified_crossing", "certified_log_crossing"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,32 @@ def certified_crossing(holds: Callable[[float], bool | None], estimate: float, *
             exhausted = True
             break
     return Bracket(sign * y_good, sign * y_bad, evals, exhausted)
+
+
+def certified_log_crossing(holds: Callable[[float], bool | None], estimate: float, *, domain: tuple[float, float],
+                           increasing: bool = True, rel_width: float = 1e-11,
+                           max_evaluations: int = 400) -> Bracket:
+    """`certified_crossing` on a positive domain, searched in log x: scale-free from subnormals to 1e308.
+
+    The search variable is t = log x and the point handed to `holds` is the float x(t) = exp(t) clamped to the
+    domain, a monotone map, so every end of the returned bracket is a float at which `holds` was decided (the
+    bracket's ends are those floats, not their logs). `rel_width` is the relative width of the final bracket in x.
+    A bracket whose two ends coincide at a domain edge means that the predicate holds on the whole domain.
+    """
+    lo, hi = domain
+    if not (0 < lo < hi) or not math.isfinite(hi):
+        raise ValueError(f"certified_log_crossing needs 0 < lo < hi < inf, got {domain}")
+    t_lo, t_hi = math.log(lo), math.log(hi)
+
+    def point(t: float) -> float:   # the domain's own ends exactly (exp(log(x)) may differ from x by an ulp)
+        if t <= t_lo:
+            return lo
+        if t >= t_hi:
+            return hi
+        return min(max(math.exp(t), lo), hi)
+
+    t0 = math.log(estimate) if estimate > 0 and math.isfinite(estimate) else 0.5 * (t_lo + t_hi)
+    br = certified_crossing(lambda t: holds(point(t)), min(max(t0, t_lo), t_hi), domain=(t_lo, t_hi),
+                            increasing=increasing, rel_width=0.0, abs_width=rel_width,
+                            max_evaluations=max_evaluations)
+    return Bracket(point(br.holds_end), point(br.fails_end), br.evaluations, br.exhausted)

@@ -34,8 +34,11 @@ def test_math_eps8_row_calibration():
     assert isinstance(cal, Calibration) and cal.parameter == "noise_multiplier"
     assert abs(cal.value - 0.48424047) <= 2e-5, f"σ = {cal.value!r} vs Table VII 0.4842404738"
     assert cal.epsilon <= 8.0 and cal.achieved.value <= 8.0
+    assert cal.achieved.certified is not None and cal.achieved.value == cal.achieved.certified.upper
     lo, hi = cal.bracket
-    assert hi == cal.value and lo < hi and hi - lo <= 1e-6
+    # the float search brackets σ to 1e-6; the certified check may then move σ up by a few 1e-6 at most
+    assert cal.certified_step <= 1e-5
+    assert hi == cal.value and lo < hi and hi - lo <= 1e-6 + cal.certified_step
     assert dpa_epsilon(q, cal.value, T, delta) <= 8.0
     assert dpa_epsilon(q, cal.value - 1e-5, T, delta) > 8.0
     assert calibrate_sigma(q, T, delta, 8.0) is cal        # cached
@@ -50,10 +53,11 @@ def test_math_eps8_row_calibration():
 def test_property_calibrated_sigma_never_overshoots(q, T, target, delta):
     # interval 1e-3 / coarse 1e-2 keeps each calibration near 1 s; the invariant is interval-independent.
     cal = calibrate_sigma(q, T, delta, target, interval=1e-3, coarse=1e-2)
-    assert cal.achieved.value <= target
+    assert cal.achieved.value <= target and cal.achieved.certified is not None
     assert dpa_epsilon(q, cal.value, T, delta, interval=1e-3) <= target
     lo, hi = cal.bracket
-    assert hi == cal.value and hi - lo <= 1e-6
+    assert cal.certified_step <= 1e-4 * cal.value
+    assert hi == cal.value and hi - lo <= 1e-6 + cal.certified_step
     assert dpa_epsilon(q, lo, T, delta, interval=1e-3) > target, "unsafe end of the bracket meets the target"
 
 

@@ -118,7 +118,7 @@ def test_table_vi_pld(n, m, T, sigma, paper, repro, rdp060, order):
     assert rec.reason is None and math.isfinite(rec.value)
     assert abs(rec.value - paper) <= 1e-3, f"PLD {rec.value} vs paper {paper}"
     assert abs(rec.value - repro) <= 1e-4, f"PLD {rec.value} vs reproduced {repro}"
-    assert rec.method == "pld" and rec.neighboring == "add_remove"
+    assert rec.method == "pld_float" and rec.neighboring == "add_remove"
     assert rec.details["interval"] == 1e-4 and rec.details["pessimistic"] is True
     assert rec.details["connect_dots"] is True
     assert rec.libraries["dp-accounting"] == "0.6.0"

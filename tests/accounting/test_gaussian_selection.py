@@ -456,8 +456,9 @@ def test_fails_closed_when_enclosure_stays_wide(monkeypatch):
 
 
 def test_fails_closed_when_mode_is_out_of_reach():
-    with pytest.raises(CertificationError, match="mode too far out"):
-        gaussian_rnm_eps(3, 1e-7, 0.5)
+    with pytest.raises(InvalidParameter) as info:
+        gaussian_rnm_eps(3, 1e-7, 0.5)       # (b − a)/σ = 1e7 > 100: outside the legal range
+    assert info.value.name == "sigma"
 
 
 # --- bad input ------------------------------------------------------------------------------------

@@ -20,14 +20,17 @@ from privcheck.errors import InvalidParameter
 from tests.checks import reference_bindings as rb
 
 FAST_V12 = {"rows": ["math_eps4.23", "math_canary_rank4"], "calibration_rows": ("math_eps8_reference",)}
-TABLE_VII_SIGMA_EPS8 = 0.4842404738068581  # Table VII, MATH ε=8 row (docs/accounting.md)
+# What privcheck's calibration returns for the MATH ε=8 row (README). Table VII's σ 0.4842404738 has certified
+# ε = 8.000011 > 8 (its
+# float PLD is 7.99999996), so the certified calibration lands 4.5e-7 higher.
+CALIBRATED_SIGMA_EPS8 = 0.4842409232185613
 
 
 def replayed_calibration(q, T, delta, target):
-    """Fast stand-in for `calibrate_sigma` in the default tier: replays Table VII's σ for the MATH ε=8 row
-    (the real calibration, 8 s, runs in the slow tier)."""
+    """Fast stand-in for `calibrate_sigma` in the default tier: replays the calibrated σ for the MATH ε=8 row
+    (within 1e-5 of Table VII's; the real calibration runs in the slow tier)."""
     assert (round(q * 6988), T, target) == (128, 50, 8.0)
-    return TABLE_VII_SIGMA_EPS8
+    return CALIBRATED_SIGMA_EPS8
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,867 @@
+"""Certified PLD accountant for composed Poisson-subsampled Gaussian rounds: ε(δ) enclosed in [lower, upper].
+
+Method (proof in docs/accounting.md, "Certified PLD"):
+
+1. Discretise each round's privacy-loss distribution on the lattice h·ℤ twice, with bucket masses computed as Arb
+   balls (Gaussian CDF differences at the closed-form crossing points):
+   - upper: connect-the-dots. Each loss bucket (e_b, e_{b+1}] keeps its P- and Q-mass, split between its two
+     ends; its hockey-stick curve is the chord of the true (convex) one, so it dominates it for every α. Mass
+     beyond the top goes to +∞, mass below the bottom to the bottom point. Every mass is rounded up.
+   - lower: a post-processing of the mechanism (each output collects the x whose loss lies in one
+     midpoint bucket, with small fractions of a neighbour borrowed where needed) so that every output's loss is
+     at least the lattice point it is placed on; the pair is then dominated by the true one. Rounded down.
+   Both discretisations are second order in the bucket width, so the gap shrinks like h², not h.
+2. Compose all rounds at once: exponentially tilt the masses by e^{λ·loss} (so that the region around the
+   answer carries most of the mass), one forward FFT per phase, the T-th power, one inverse FFT, all in the
+   radix-2 FFT of `privcheck.numerics.fft` whose rounding error has a proven bound. The bound, the wrap-around
+   of the cyclic convolution (bounded by Chernoff bounds computed in Arb) and every float rounding are added
+   to the upper masses and subtracted from the lower ones.
+3. δ(ε) = Σ_{ℓ>ε}(1 − e^{ε−ℓ})·p(ℓ) + p(∞) is piecewise of the form A − e^ε·B between lattice points, so
+   ε(δ) is solved in closed form in Arb on the segment where the crossing lies (no float bisection): the upper
+   end of the upper discretisation's ε is reported, the lower end of the lower one's ε is the lower bound.
+
+Floats are used only to choose the grid, the tilt and the window; no float enters the enclosure without a
+rigorous bound on its error.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+from flint import arb, ctx
+from scipy.optimize import minimize_scalar
+
+from privcheck.accounting.pld_pairs import Pair, pairs_for
+from privcheck.errors import CertificationError, InvalidParameter
+from privcheck.numerics import fft as bfft
+from privcheck.numerics.certified import float_down, float_up
+
+__all__ = ["DEFAULT_TOLERANCE", "MAX_LOG2_FFT", "PLDBounds", "certified_epsilon", "certified_epsilons"]
+
+DEFAULT_TOLERANCE = 1e-3
+DEFAULT_START_INTERVAL = 1e-4
+MAX_LOG2_FFT = 22
+_AUTO_LOG2_FFT = 20
+_REFINE_SECONDS = 30.0
+PREC = 128
+_U = 2.0 ** -53
+_WINDOW_STDS = 12.0
+_MAX_WIDTH_LOG2 = 12
+_GAP_CONSTANT = 0.2
+
+
+@dataclass(frozen=True)
+class PLDBounds:
+    """ε enclosed: lower ≤ ε_exact(δ) ≤ upper, at lattice interval `interval`."""
+
+    lower: float
+    upper: float
+    interval: float
+    details: Mapping = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        return self.upper - self.lower
+
+
+def logsumexp(x) -> float:
+    """log Σ e^x for a float array (−inf for an empty or all −inf one)."""
+    x = np.asarray(x, dtype=float)
+    if x.size == 0:
+        return -math.inf
+    m = float(np.max(x))
+    if not math.isfinite(m):
+        return m
+    return m + math.log(float(np.sum(np.exp(x - m))))
+
+
+# --- step 1: discretisation ---------------------------------------------------------------------------------
+
+@dataclass
+class _Round:
+    """One phase's round, one direction: sparse lattice masses (indices, tilted float masses) and p(∞)."""
+
+    steps: int
+    index: np.ndarray        # lattice indices k (loss k·h) of the breakpoints
+    upper: np.ndarray        # float, ≥ (upper P-mass)·e^{λkh}/Z
+    lower: np.ndarray        # float, ≤ (lower P-mass)·e^{λkh}/Z
+    log_z: float             # Z = e^{log_z} (float, exact as used)
+    p_inf: arb               # upper bound on the P-mass at +∞
+    log_p_cells: np.ndarray = None  # float cell masses on the dense lattice (choosing tilts only)
+    cells_k0: int = 0
+
+
+def _lattice_range(pair: Pair, h: float, eta_top: float, eta_bot: float) -> tuple[int, int]:
+    lo, hi = pair.loss_range()
+
+    def solve(side: str, target: float, start: float, direction: float) -> float:
+        # bisection on a monotone float tail: returns a loss where the tail mass is ≤ target
+        a = start
+        step = 1.0
+        b = a + direction * step
+        f = lambda e: float(pair.log_loss_tail_float(np.array([e]), side)[0])  # noqa: E731
+        while f(b) > math.log(target):
+            step *= 2
+            b = a + direction * step
+            if step > 1e7:
+                raise CertificationError("cannot find the truncation point of the loss distribution")
+        for _ in range(80):
+            m = (a + b) / 2
+            if f(m) > math.log(target):
+                a = m
+            else:
+                b = m
+        return b
+
+    centre = 0.0 if not math.isfinite(lo) else lo + 1e-9
+    if math.isfinite(hi):
+        k_top = math.ceil(hi / h) + 1
+    else:
+        k_top = math.ceil(solve("above", eta_top, max(centre, 0.0), 1.0) / h) + 1
+    if math.isfinite(lo):
+        k_bot = math.floor(lo / h) - 1
+    else:
+        start = 0.0 if not math.isfinite(hi) else min(0.0, hi - 1e-9)
+        k_bot = math.floor(solve("below", eta_bot, start, -1.0) / h) - 1
+    return k_bot, k_top
+
+
+def _cell_log_masses(pair: Pair, k_bot: int, k_top: int, h: float) -> np.ndarray:
+    """log P(ℓ ∈ (s_{k−1}, s_k]) for k in [k_bot, k_top] (floats; the bottom cell takes everything below)."""
+    s = np.arange(k_bot - 1, k_top + 1) * h
+    above = pair.log_loss_tail_float(s, "above")
+    below = pair.log_loss_tail_float(s, "below")
+    with np.errstate(all="ignore"):
+        from_above = above[:-1] + np.log1p(-np.exp(above[1:] - above[:-1]))
+        from_below = below[1:] + np.log1p(-np.exp(below[:-1] - below[1:]))
+    out = np.where(above[:-1] < math.log(0.5), from_above, from_below)
+    out[0] = below[1]
+    return np.where(np.isnan(out), -np.inf, out)
+
+
+def _error_weight(lc: np.ndarray, s: np.ndarray, lam: float, h: float) -> np.ndarray:
+    """log of (tilted cell mass)·(1 + λ + local log-density slope, capped at one per cell): what a unit of
+    bucket width² costs in ε at this cell."""
+    lt = lc + lam * s
+    lt = lt - logsumexp(lt)
+    finite = np.isfinite(lc)
+    filled = np.where(finite, lc, np.nan)
+    with np.errstate(invalid="ignore"):
+        slope = np.abs(np.gradient(filled)) / h
+    slope = np.where(np.isfinite(slope), np.minimum(slope, 1.0 / h), 0.0)
+    return np.where(finite, lt + np.log1p(slope + lam), -np.inf)
+
+
+def _widths(weight: np.ndarray, beta: float, h: float) -> np.ndarray:
+    """Bucket width in cells (a power of two) for each cell: the widest w with weight·(w·h)²·w ≤ β, i.e. each
+    bucket (mass ≈ w cells) contributes about the same error."""
+    with np.errstate(over="ignore", divide="ignore"):
+        w = np.cbrt(beta / np.exp(weight)) / h ** (2 / 3)
+    w = np.nan_to_num(w, nan=1.0, posinf=float(1 << 20))
+    log_w = np.floor(np.log2(np.clip(w, 1.0, float(1 << 20))))
+    return (2 ** log_w).astype(np.int64)
+
+
+def _breakpoints(widths: np.ndarray, k_bot: int, k_top: int) -> np.ndarray:
+    """Lattice indices from k_bot to k_top stepping by the width of the cell reached."""
+    out = [k_bot]
+    k = k_bot
+    while k < k_top:
+        i = k - k_bot
+        w = int(widths[i])
+        while w > 1 and int(widths[i:i + w].min()) < w:   # a bucket never reaches into finer cells
+            w //= 2
+        k = min(k + w, k_top)
+        out.append(k)
+    return np.array(out, dtype=np.int64)
+
+
+def _predicted_gap(cells, lam: float, h: float, beta: float) -> float:
+    """Heuristic ε-gap of both discretisations, Σ_rounds Σ_cells weight·(width·h)² (floats; it only chooses β;
+    the driver refines whenever the certified gap exceeds the tolerance)."""
+    total = 0.0
+    for T, lc, s in cells:
+        wt = _error_weight(lc, s, lam, h)
+        w = _widths(wt, beta, h) * h
+        total += T * float(np.sum(np.exp(wt) * np.minimum(w, 1e3) ** 2))
+    return _GAP_CONSTANT * total
+
+
+def _phi_pair(z: arb) -> tuple[int, arb]:
+    """(sign, small tail): Φ̄(z) for z ≥ 0, Φ(z) for z < 0 — the side that is accurate as a small number."""
+    r2 = arb(2).sqrt()
+    if z >= 0:
+        return 1, (z / r2).erfc() / 2
+    return -1, (-z / r2).erfc() / 2
+
+
+def _interval_mass(a, b) -> arb:
+    """Gaussian mass of [z_a, z_b] from `_phi_pair` values (None for ∓∞)."""
+    if a is None and b is None:
+        return arb(1)
+    if a is None:          # (−∞, z_b]
+        sb, tb = b
+        return tb if sb < 0 else 1 - tb
+    if b is None:          # [z_a, ∞)
+        sa, ta = a
+        return ta if sa > 0 else 1 - ta
+    (sa, ta), (sb, tb) = a, b
+    if sa > 0 and sb > 0:
+        return ta - tb
+    if sa < 0 and sb < 0:
+        return tb - ta
+    return 1 - ta - tb     # a < 0 ≤ b
+
+
+def _masses_arb(pair: Pair, losses: list[arb]):
+    """For increasing loss points t_0 < ... < t_M: P- and Q-masses of (t_i, t_{i+1}], of {ℓ ≤ t_0}, {ℓ > t_M}."""
+    lo, hi = pair.loss_range()
+    s = arb(pair.sigma)
+    means = pair.means
+    pw, qw = pair.arb_weights("p"), pair.arb_weights("q")
+    vals = []   # per point: list over means of _phi_pair or None, and x-order flag
+    for t in losses:
+        tf = float(t.mid())
+        if tf <= lo:
+            vals.append("bottom")
+        elif tf >= hi:
+            vals.append("top")
+        else:
+            x = pair.crossing_arb(t)
+            vals.append([_phi_pair((x - m) / s) for m in means])
+
+    def mass(i, j, w):   # loss interval (t_i, t_j] with i = None for −∞ and j = None for +∞
+        total = arb(0)
+        for mi, wt in enumerate(w):
+            if wt == 0:
+                continue
+            a = None if i is None else vals[i]
+            b = None if j is None else vals[j]
+            a_gauss = _x_end(a, mi, pair.increasing, lower_loss=True)
+            b_gauss = _x_end(b, mi, pair.increasing, lower_loss=False)
+            if a_gauss == "empty" or b_gauss == "empty":
+                continue
+            if pair.increasing:
+                m = _interval_mass(a_gauss, b_gauss)
+            else:
+                m = _interval_mass(b_gauss, a_gauss)
+            total += wt * m
+        return total
+
+    M = len(losses) - 1
+    between = [(mass(i, i + 1, pw), mass(i, i + 1, qw)) for i in range(M)]
+    below = (mass(None, 0, pw), mass(None, 0, qw))
+    above = (mass(M, None, pw), mass(M, None, qw))
+    return between, below, above
+
+
+def _x_end(v, mean_index: int, increasing: bool, lower_loss: bool):
+    """Translate a loss endpoint into a Gaussian endpoint for `_interval_mass` (None = ∓∞, "empty")."""
+    if v is None:
+        return None
+    if v == "bottom":      # loss at/below the infimum: x = −∞ (increasing) or +∞ (decreasing)
+        return None if lower_loss else "empty"
+    if v == "top":
+        return "empty" if lower_loss else None
+    return v[mean_index]
+
+
+def _discretise(pair: Pair, steps: int, h: float, lam: float, k_bot: int, k_top: int,
+                log_cells: np.ndarray, beta: float) -> _Round:
+    """Arb pass: connect-the-dots upper masses and borrowed-midpoint lower masses at chosen breakpoints."""
+    grid = np.arange(k_bot, k_top + 1) * h
+    log_z = float(logsumexp(log_cells + lam * grid))
+    ks = _breakpoints(_widths(_error_weight(log_cells, grid, lam, h), beta, h), k_bot, k_top)
+    K = len(ks) - 1
+    with ctx.workprec(PREC):
+        ha = arb(h)
+        e = [arb(int(k)) * ha for k in ks]
+        mids = [(e[i] + e[i + 1]) / 2 for i in range(K)]
+        pts = []
+        for i in range(K):
+            pts.extend((e[i], mids[i]))
+        pts.append(e[K])
+        between, below, above = _masses_arb(pair, pts)
+        alpha = [x.exp() for x in e]
+        # connect-the-dots (upper)
+        up = [arb(0)] * (K + 1)
+        up[0] = below[0]
+        for b in range(K):
+            P = between[2 * b][0] + between[2 * b + 1][0]
+            Q = between[2 * b][1] + between[2 * b + 1][1]
+            c = (alpha[b + 1] * Q - P) / (alpha[b + 1] - alpha[b])
+            to_low = alpha[b] * c
+            up[b] = up[b] + _clip_upper(to_low, P)
+            up[b + 1] = up[b + 1] + _clip_upper(P - to_low, P)
+        top_atom = alpha[K] * above[1]
+        up[K] = up[K] + _clip_upper(top_atom, above[0])
+        p_inf = _nonneg_upper(above[0] - top_atom)
+        # borrowed midpoint buckets (lower)
+        raw = []
+        for k in range(K + 1):
+            if k == 0:
+                P, Q = below[0] + between[0][0], below[1] + between[0][1]
+            elif k == K:
+                P, Q = between[2 * K - 1][0] + above[0], between[2 * K - 1][1] + above[1]
+            else:
+                P = between[2 * k - 1][0] + between[2 * k][0]
+                Q = between[2 * k - 1][1] + between[2 * k][1]
+            raw.append((P, Q))
+        low = _borrow(raw, alpha)
+        # tilt by e^{λ e_k}/Z and round outward
+        lam_a = arb(lam)
+        inv_z = arb(-log_z).exp()
+        upper = np.empty(K + 1)
+        lower = np.empty(K + 1)
+        for k in range(K + 1):
+            t = (lam_a * e[k]).exp() * inv_z
+            upper[k] = float_up(up[k] * t)
+            lower[k] = max(0.0, float_down(low[k] * t)) if low[k] > 0 else 0.0
+    # Z as used: the masses are bounded through e^{log_z} computed in Arb from the same float log_z
+    return _Round(steps=steps, index=ks, upper=upper, lower=lower, log_z=log_z, p_inf=p_inf)
+
+
+def _clip_upper(x: arb, cap: arb) -> arb:
+    """An upper bound of x known to lie in [0, cap]: min(x.upper, cap.upper), never negative."""
+    hi = x.upper().min(cap.upper())
+    return hi.max(arb(0))
+
+
+def _nonneg_upper(x: arb) -> arb:
+    return x.upper().max(arb(0))
+
+
+def _borrow(raw: list[tuple[arb, arb]], alpha: list[arb]) -> list[arb]:
+    """Lower P-masses at e_k from midpoint-bucket atoms (P̃_k, Q̃_k).
+
+    An atom may sit at e_k only if its loss log(P̃/Q̃) ≥ e_k (then P-mass P̃ at e_k has Q-mass P̃/α_k ≥ Q̃ and
+    the discrete pair stays dominated). An atom just below e_k borrows the fraction β of the next atom that
+    lifts the mixture to exactly e_k (a post-processing); β is O(h), so the loss is second order. When that is
+    impossible the atom moves down one point (its loss is above the previous midpoint) or is dropped.
+    """
+    K = len(raw) - 1
+    out = [arb(0)] * (K + 1)
+    frac = [1.0] * (K + 1)
+    for k in range(K + 1):
+        P, Q = raw[k]
+        f = frac[k]
+        P, Q = f * P, f * Q
+        if f <= 0:
+            continue
+        if P.lower() >= (alpha[k] * Q).upper():
+            out[k] = out[k] + P.lower()
+            continue
+        if k < K:
+            P2, Q2 = raw[k + 1]
+            denom = P2 - alpha[k] * Q2
+            if denom > 0:
+                beta = (alpha[k] * Q - P) / denom
+                b = float_up(beta)
+                if math.isfinite(b):
+                    b = max(0.0, b) * (1 + 2.0 ** -30) + 2.0 ** -80
+                if math.isfinite(b) and b <= frac[k + 1]:
+                    Pm, Qm = P + b * P2, Q + b * Q2
+                    if Pm.lower() >= (alpha[k] * Qm).upper():
+                        out[k] = out[k] + Pm.lower()
+                        frac[k + 1] = frac[k + 1] - b          # rounded: never more than what is left
+                        continue
+        if k > 0 and P.lower() >= (alpha[k - 1] * Q).upper():
+            out[k - 1] = out[k - 1] + P.lower()
+    return [x.max(arb(0)) for x in out]
+
+
+# --- step 2: composition by a bounded FFT ---------------------------------------------------------------------
+
+def _log_mgf(r: _Round, theta: float) -> float:
+    x = np.log(np.maximum(r.upper, 1e-320)) + theta * r.index
+    return float(logsumexp(x))
+
+
+def _chernoff_arb(rounds: list[_Round], which: str, theta: float, t: int) -> arb:
+    """Rigorous bound on the composed (tilted, float) mass with index > t (θ > 0) or < t (θ < 0):
+    e^{−θt}·Π_p (Σ_k x_{p,k} e^{θk})^{T_p}, in Arb from the exact floats."""
+    th = arb(theta)
+    total = -th * t
+    for r in rounds:
+        v = r.upper if which == "upper" else r.lower
+        s = arb(0)
+        for k, x in zip(r.index, v):
+            if x > 0:
+                s += arb(x) * (th * int(k)).exp()
+        total += r.steps * s.log()
+    return total.exp()
+
+
+def _best_theta(rounds, which, t, sign) -> float:
+    def f(log_theta):
+        theta = sign * math.exp(log_theta)
+        val = -theta * t
+        for r in rounds:
+            v = r.upper if which == "upper" else r.lower
+            x = np.log(np.maximum(v, 1e-320)) + theta * r.index
+            val += r.steps * float(logsumexp(x))
+        return val
+    res = minimize_scalar(f, bounds=(-25.0, 5.0), method="bounded", options={"xatol": 1e-3})
+    return sign * math.exp(res.x)
+
+
+def _norm2_arb(v: np.ndarray) -> arb:
+    """Upper bound on ‖v‖₂² for a float array: any summation order errs by at most (n−1)·u·Σ|x|, each square
+    by u relative, and a square that underflows loses less than 2^-1021."""
+    n = max(int(v.size), 1)
+    total = float(np.dot(v.ravel(), v.ravel()))
+    return arb(total) * (1 + arb(_U)) / (1 - arb(n) * arb(_U)) + arb(n) * arb(2) ** -1021
+
+
+def _sum_arb(v: np.ndarray) -> arb:
+    """Upper bound on Σ v for a nonnegative float array (same argument as `_norm2_arb`)."""
+    n = max(int(v.size), 1)
+    return arb(float(np.sum(v))) / (1 - arb(n) * arb(_U))
+
+
+def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
+    """z^T by binary powering on (re, im) float arrays (each product: 4 multiplications, 2 additions)."""
+    rr, ri = np.ones_like(re), np.zeros_like(re)
+    br, bi = re.copy(), im.copy()
+    first = True
+    while T:
+        if T & 1:
+            if first:
+                rr, ri = br.copy(), bi.copy()
+                first = False
+            else:
+                rr, ri = rr * br - ri * bi, rr * bi + ri * br
+        T >>= 1
+        if T:
+            br, bi = br * br - bi * bi, 2.0 * (br * bi)
+    return rr, ri
+
+
+def _compose(rounds: list[_Round], N: int, j0: int):
+    """Tilted composed masses on window indices [j0, j0 + N): (upper floats, lower floats, entry error bound)."""
+    n = N.bit_length() - 1
+    u = arb(_U)
+    sqrtN = arb(N).sqrt()
+    spec_U = spec_L = None
+    err_U = err_L = arb(0)
+    shift = 0
+    for r in rounds:
+        ref = int(r.index[0])
+        shift += r.steps * ref
+        pos = (r.index - ref) % N
+        xr = np.zeros(N)
+        xi = np.zeros(N)
+        np.add.at(xr, pos, r.upper)
+        np.add.at(xi, pos, r.lower)
+        with ctx.workprec(PREC):
+            norm = (_norm2_arb(xr) + _norm2_arb(xi)).sqrt()
+            m_U, m_L = _sum_arb(xr), _sum_arb(xi)
+            F = bfft.fft_error_bound(n, norm)
+            e1 = F * (1 + u) + u * (sqrtN * norm + F) * (1 + u)
+        Xr, Xi = bfft.fft(xr, xi)
+        # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i)
+        Rr, Ri = np.roll(Xr[::-1], 1), np.roll(Xi[::-1], 1)
+        Ar, Ai = (Xr + Rr) / 2, (Xi - Ri) / 2
+        Br, Bi = (Xi + Ri) / 2, (Rr - Xr) / 2
+        T = r.steps
+        PUr, PUi = _complex_pow(Ar, Ai, T)
+        PLr, PLi = _complex_pow(Br, Bi, T)
+        with ctx.workprec(PREC):
+            rho = (1 + arb(5).sqrt() * u) ** (2 * T) - 1
+            tau = arb(2) ** -1000 * sqrtN
+            grow = T * (m_U.max(m_L) + e1) ** (T - 1) * e1        # |a^T − b^T| ≤ T|a − b|·max(|a|, |b|)^{T−1}
+            eU = grow + rho / (1 - rho) * (_norm2_arb(PUr) + _norm2_arb(PUi)).sqrt() + tau
+            eL = grow + rho / (1 - rho) * (_norm2_arb(PLr) + _norm2_arb(PLi)).sqrt() + tau
+        if spec_U is None:
+            spec_U, spec_L, err_U, err_L = (PUr, PUi), (PLr, PLi), eU, eL
+            mU_prev, mL_prev = m_U ** T, m_L ** T
+        else:
+            with ctx.workprec(PREC):
+                err_U = err_U * (m_U ** T + eU) + eU * mU_prev
+                err_L = err_L * (m_L ** T + eL) + eL * mL_prev
+                mU_prev, mL_prev = mU_prev * m_U ** T, mL_prev * m_L ** T
+            spec_U = (spec_U[0] * PUr - spec_U[1] * PUi, spec_U[0] * PUi + spec_U[1] * PUr)
+            spec_L = (spec_L[0] * PLr - spec_L[1] * PLi, spec_L[0] * PLi + spec_L[1] * PLr)
+            with ctx.workprec(PREC):
+                rho1 = arb(5).sqrt() * u * 1.0000001
+                err_U += rho1 * (_norm2_arb(spec_U[0]) + _norm2_arb(spec_U[1])).sqrt()
+                err_L += rho1 * (_norm2_arb(spec_L[0]) + _norm2_arb(spec_L[1])).sqrt()
+    # pack C_U + i·C_L and invert
+    Yr = spec_U[0] - spec_L[1]
+    Yi = spec_U[1] + spec_L[0]
+    cr, ci = bfft.ifft(Yr, Yi)
+    with ctx.workprec(PREC):
+        ny = (_norm2_arb(Yr) + _norm2_arb(Yi)).sqrt()
+        gamma_n = bfft.fft_error_bound(n, arb(1)) / sqrtN      # ((1+γ)^n − 1) plus the underflow term
+        e_spec = err_U + err_L + u * ny
+        E = (gamma_n * ny + e_spec) / sqrtN + arb(2) ** -1000
+    # window: array position i holds composed index ≡ i + shift (mod N); reorder so entry 0 is index j0
+    start = (j0 - shift) % N
+    return np.roll(cr, -start), np.roll(ci, -start), E
+
+
+# --- step 3: ε from the composed masses ---------------------------------------------------------------------
+
+def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_zT: float, lam: float,
+                     j0: int, h: float, delta: float) -> tuple[float, float, dict]:
+    N = len(cU)
+    s = (j0 + np.arange(N)) * h
+    with ctx.workprec(PREC):
+        E_f = float_up(E)
+        a_f = float_up(alias_L + E)
+    up = cU + E_f
+    lo = np.maximum(cL - a_f, 0.0)
+    # float guess of the crossing from the upper masses (only to pick the segment)
+    with np.errstate(all="ignore"):
+        logw = np.log(np.maximum(up, 1e-320)) - lam * s + log_zT
+    d_float = _float_delta_points(logw, s)
+    hit = np.nonzero(d_float <= delta)[0]
+    j_guess = int(np.clip(hit[0] if len(hit) else N - 1, 1, N - 1))
+    extra = tail_U * arb(log_zT).exp() * (-arb(lam) * arb(float((j0 + N) * h))).exp() + p_inf
+    upper = _solve_moving(up, s, j_guess, lam, log_zT, delta, h, extra, "upper")
+    lower = _solve_moving(lo, s, j_guess, lam, log_zT, delta, h, arb(0), "lower")
+    return lower, upper, {"window": [float(s[0]), float(s[-1])], "entry_error": E_f}
+
+
+def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str) -> float:
+    """`_solve_segments` from the float guess j, moving its reference down while the crossing lies below the
+    part of the window its sums cover."""
+    for _ in range(64):
+        try:
+            return _solve_segments(c, s, float(s[j]), j, lam, log_zT, delta, h, extra, side)
+        except _Outside as out:
+            if str(out) == "above" or j <= 1:
+                raise CertificationError("the crossing lies outside the composed window") from None
+            j = max(1, j - max(1, int(500.0 / max(lam * h, 1e-300))))
+    raise CertificationError("the crossing lies outside the composed window")
+
+
+def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str) -> float:
+    """Crossing of A_j − e^ε·B_j = δ on the segment ε ∈ [s_{j−1}, s_j), moving j until it lies inside."""
+    N = len(c)
+    # start the sums where the weights e^{−λ(s − ref)} are at most e^{600} (no float overflow, no huge factor)
+    i0 = max(0, j - int(600.0 / max(lam * h, 600.0 / N)))
+    seg = slice(i0, N)
+    ss = s[seg] - ref
+    # weights e^{−λ(s−ref)} and e^{−(λ+1)(s−ref)} by a geometric recurrence from the first point
+    with ctx.workprec(PREC):
+        g0 = (-arb(lam) * arb(float(ss[0]))).exp()
+        g0p = (-arb(lam + 1) * arb(float(ss[0]))).exp()
+        r = (-arb(lam) * arb(h)).exp()
+        rp = (-arb(lam + 1) * arb(h)).exp()
+    # exponent range guard: the first weights may be huge; work with log-offset by the geometric start
+    n = len(ss)
+    ratio = np.full(n, float(r.mid()))
+    ratio[0] = 1.0
+    ratio_p = np.full(n, float(rp.mid()))
+    ratio_p[0] = 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        g = np.cumprod(ratio)
+        gp = np.cumprod(ratio_p)
+        t1 = c[seg] * g
+        t2 = c[seg] * gp
+    S1 = np.cumsum(t1[::-1])[::-1]
+    S2 = np.cumsum(t2[::-1])[::-1]
+    with ctx.workprec(PREC):
+        # float rounding of the recurrence, the products and the sequential sums: (1+u)^{2n+1} ≤ fac
+        fac = (1 + arb(8) * arb(_U)) ** (n + 4)
+        # terms that underflowed to zero: each below 2^-1000 times the largest mass (< 2)
+        under = arb(n) * arb(2) ** -999
+        K = arb(log_zT).exp() * (-arb(lam) * arb(ref)).exp()
+        Kg, Kgp = K * g0, K * g0p
+        rel_r = _rel_error(float(r.mid()), r)
+        rel_rp = _rel_error(float(rp.mid()), rp)
+        span = arb(n)
+        fr = (1 + 2 * rel_r) ** span       # r^i ≤ r̃^i·(1 + 2·rel)^i, the float ratio vs the exact one
+        frp = (1 + 2 * rel_rp) ** span
+        d = arb(delta)
+        # the segment from the float sums (δ is decreasing), then corrected by the certified crossing itself
+        with np.errstate(over="ignore", invalid="ignore"):
+            kf = float(K.mid()) * float(g0.mid())
+            kfp = float(K.mid()) * float(g0p.mid())
+            nxt1 = np.append(S1[1:], 0.0)
+            nxt2 = np.append(S2[1:], 0.0)
+            df = kf * nxt1 - np.exp(ss) * kfp * nxt2 + float(extra.mid())
+        below = np.nonzero(df <= delta)[0]
+        jj = int(below[0]) + 1 if len(below) else n - 1
+        j = min(max(i0 + jj, i0 + 1), N - 1)
+        seen = set()
+        while j not in seen:
+            seen.add(j)
+            jj = j - i0
+            if jj >= n:
+                raise _Outside("above")
+            if jj <= 0:
+                if i0 == 0:        # the crossing lies at or below the window's start
+                    return float(s[0]) if side == "upper" else 0.0
+                raise _Outside("below")
+            if side == "upper":
+                A = Kg * (arb(float(S1[jj])) * fac * fr + under) + extra
+                B = Kgp * arb(float(S2[jj])) / (fac * frp)
+            else:
+                A = Kg * arb(float(S1[jj])) / (fac * fr)
+                B = Kgp * (arb(float(S2[jj])) * fac * frp + under)
+            num = A - d
+            if not (num > 0):                  # crossing before this segment
+                if side == "lower" and jj <= 1:
+                    if i0 == 0:
+                        return 0.0
+                    raise _Outside("below")
+                j -= 1
+                continue
+            if not (B > 0):
+                j += 1
+                continue
+            eps = arb(ref) + (num / B).log()
+            val = float_up(eps) if side == "upper" else float_down(eps)
+            target = int(np.searchsorted(s, val, side="right"))   # the segment [s_{t−1}, s_t) holding val
+            if target == j or (side == "lower" and target < j and jj <= 1):
+                return val
+            j = min(max(target, i0 + 1), N - 1)
+        # a cycle between two segments: the crossing sits on their common end; take the safe side
+        return float(s[max(seen)]) if side == "upper" else float(s[min(seen) - 1])
+
+
+def _rel_error(f: float, exact: arb) -> arb:
+    """|f/exact − 1| as an upper bound."""
+    return ((arb(f) - exact) / exact).abs_upper()
+
+
+# --- driver -------------------------------------------------------------------------------------------------
+
+def _tilt(cells: list[tuple[int, np.ndarray, int, float]], delta: float) -> float:
+    """λ > 0 minimising the Chernoff estimate (Σ T_p K_p(λ) − log δ)/λ (floats; only a choice)."""
+    def K(lam):
+        return sum(T * float(logsumexp(lc + lam * s)) for T, lc, s in cells)
+
+    def f(log_lam):
+        lam = math.exp(log_lam)
+        return (K(lam) - math.log(delta)) / lam
+    res = minimize_scalar(f, bounds=(-14.0, 7.0), method="bounded", options={"xatol": 1e-4})
+    return math.exp(res.x)
+
+
+def _float_delta_points(logw: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """δ(s_j) = Σ_{i>j} w_i·(1 − e^{s_j − s_i}) for every j, from log-weights (floats, overflow-free)."""
+    with np.errstate(all="ignore"):
+        a = np.logaddexp.accumulate(logw[::-1])[::-1]
+        b = np.logaddexp.accumulate((logw - s)[::-1])[::-1]
+        a1 = np.append(a[1:], -np.inf)
+        b1 = np.append(b[1:], -np.inf) + s
+        return np.where(a1 > b1, np.exp(a1) * -np.expm1(b1 - a1), 0.0)
+
+
+def _float_epsilon(cells, lam: float, delta: float, h: float, hi_loss: float | None = None) -> float:
+    """ε(δ) of the dense cell masses composed by numpy's FFT under the tilt λ (floats: an estimate only)."""
+    mean, var = _tilted_moments(cells, lam)
+    std = math.sqrt(max(var, 0.0))
+    lo = math.floor((mean - _WINDOW_STDS * std) / h)
+    hi = math.ceil((max(mean + _WINDOW_STDS * std, hi_loss if hi_loss is not None else -math.inf)) / h)
+    support_lo = sum(T * int(round(s[0] / h)) for T, _, s in cells)
+    support_hi = sum(T * int(round(s[-1] / h)) for T, _, s in cells)
+    lo, hi = max(lo, support_lo), min(hi, support_hi)
+    n = 1 << max(10, math.ceil(math.log2(hi - lo + 64)))
+    if n > (1 << 23):
+        raise ValueError("float estimate too large")
+    spec = np.ones(n // 2 + 1, dtype=complex)
+    log_zT = 0.0
+    for T, lc, s in cells:
+        lt = lc + lam * s
+        lz = float(logsumexp(lt))
+        x = np.zeros(n)
+        k0 = int(round(s[0] / h))
+        np.add.at(x, (np.arange(len(lt)) + k0) % n, np.exp(lt - lz))
+        spec *= np.fft.rfft(x) ** T
+        log_zT += T * lz
+    c = np.fft.irfft(spec, n)
+    idx = lo + ((np.arange(n) - lo) % n)            # composed index held at each position
+    order = np.argsort(idx)
+    sv, cv = idx[order] * h, np.maximum(c[order], 0.0)
+    logw = np.log(np.maximum(cv, 1e-300)) - lam * sv + log_zT
+    d = _float_delta_points(logw, sv)
+    hit = np.nonzero(d <= delta)[0]
+    return float(sv[hit[0]]) if len(hit) else float(sv[-1])
+
+
+def _refined_tilt(cells, delta: float, h: float) -> float:
+    """The tilt that centres the composed distribution on a float estimate of ε (Chernoff's tilt aims at the
+    Chernoff ε, which can lie far above the true one; the masses around ε then carry little tilted weight)."""
+    lam_c = _tilt(cells, delta)
+    try:       # untilted: float FFT errors (~1e-16 absolute) are far below δ ≥ 1e-12 in the estimate's use
+        eps_f = _float_epsilon(cells, 0.0, delta, h, hi_loss=_chernoff_epsilon(cells, lam_c, delta) + 1.0)
+    except (ValueError, FloatingPointError, MemoryError):
+        try:
+            eps_f = _float_epsilon(cells, lam_c, delta, h)
+        except (ValueError, FloatingPointError, MemoryError):
+            return lam_c
+    a, b = 1e-9, lam_c
+    if _tilted_moments(cells, a)[0] >= eps_f:
+        return a
+    if _tilted_moments(cells, b)[0] <= eps_f:
+        return b
+    for _ in range(30):
+        if b / a < 1.001:
+            break
+        m = math.sqrt(a * b)
+        if _tilted_moments(cells, m)[0] < eps_f:
+            a = m
+        else:
+            b = m
+    return b
+
+
+def _tilted_moments(cells, lam):
+    mean = var = 0.0
+    for T, lc, s in cells:
+        lw = lc + lam * s
+        w = np.exp(lw - logsumexp(lw))
+        m = float(np.sum(w * s))
+        mean += T * m
+        var += T * float(np.sum(w * (s - m) ** 2))
+    return mean, var
+
+
+def _chernoff_epsilon(cells, lam: float, delta: float) -> float:
+    return (sum(T * float(logsumexp(lc + lam * s)) for T, lc, s in cells) - math.log(delta)) / lam
+
+
+def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h: float, budget: float,
+               max_log2: int = MAX_LOG2_FFT) -> tuple[list[tuple[float, float]], dict]:
+    T_total = sum(steps)
+    eta_top = min(deltas) * 1e-12 / T_total
+    cells = []
+    ranges = []
+    for pair, T in zip(pairs, steps):
+        k_bot, k_top = _lattice_range(pair, h, eta_top, 1e-40)
+        if k_top - k_bot > (1 << (max_log2 + 2)):
+            raise _TooFine(k_top - k_bot)
+        lc = _cell_log_masses(pair, k_bot, k_top, h)
+        cells.append((T, lc, np.arange(k_bot, k_top + 1) * h))
+        ranges.append((k_bot, k_top, lc))
+    ordered = sorted(deltas)
+    lam = _refined_tilt(cells, ordered[len(ordered) // 2], h)
+    mean, var = _tilted_moments(cells, lam)
+    std = math.sqrt(max(var, 0.0))
+    span_lo = min(mean, _chernoff_epsilon(cells, _tilt(cells, ordered[-1]), ordered[-1]) - 2 * std)
+    span_hi = max(mean, _chernoff_epsilon(cells, _tilt(cells, ordered[0]), ordered[0]))
+    # the window: ±_WINDOW_STDS tilted standard deviations around the span of answers, clipped to the support
+    support_lo = sum(T * kb for T, (kb, _, _) in zip(steps, ranges))
+    support_hi = sum(T * kt for T, (_, kt, _) in zip(steps, ranges))
+    lo_idx = max(math.floor((span_lo - _WINDOW_STDS * std) / h), support_lo)
+    hi_idx = min(math.ceil((span_hi + _WINDOW_STDS * std) / h), support_hi)
+    N = 1 << max(10, math.ceil(math.log2(hi_idx - lo_idx + 64)))
+    if N > (1 << max_log2):
+        raise _TooFine(N)
+    j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
+    beta = 1.0
+    while beta > 1e-40 and _predicted_gap(cells, lam, h, beta) > budget:
+        beta /= 8
+    rounds = [_discretise(pair, T, h, lam, kb, kt, lc, beta) for pair, T, (kb, kt, lc) in zip(pairs, steps, ranges)]
+    cU, cL, E = _compose(rounds, N, j0)
+    with ctx.workprec(PREC):
+        hi_t = j0 + N - 1
+        tail_U = _chernoff_arb(rounds, "upper", _best_theta(rounds, "upper", hi_t, 1.0), hi_t)
+        tail_L = (_chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
+                  + _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0))
+        p_inf = sum((r.steps * r.p_inf for r in rounds), arb(0))
+    log_zT = sum(r.steps * r.log_z for r in rounds)
+    out = []
+    info = {}
+    for delta in deltas:
+        lower, upper, info = _epsilon_bracket(cU, cL, E, tail_L, tail_U, p_inf, log_zT, lam, j0, h, delta)
+        out.append((lower, upper))
+    info.update({"tilt": lam, "fft_length": N, "beta": beta, "breakpoints": int(sum(len(r.index) for r in rounds)),
+                 "min_width_cells": int(min(np.min(np.diff(r.index)) if len(r.index) > 1 else 1 for r in rounds)),
+                 "tail_upper": float_up(tail_U), "alias_lower": float_up(tail_L)})
+    return out, info
+
+
+class _TooFine(Exception):
+    pass
+
+
+class _Outside(Exception):
+    """The crossing lies outside the part of the window the sums covered."""
+
+
+def certified_epsilon(phases, delta: float, relation: str = "add_remove", *, interval: float | None = None,
+                      tolerance: float = DEFAULT_TOLERANCE) -> PLDBounds:
+    """Certified ε(δ) for phases ((q, σ, steps), ...) run one after the other, as an enclosure [lower, upper].
+
+    `interval` fixes the lattice; None starts at 1e-4 and halves it while upper − lower > `tolerance` (coarsening
+    it instead where the composed window would need an FFT longer than 2^MAX_LOG2_FFT; the details say when the
+    tolerance could not be met). Arguments are validated by the caller (`privcheck.accounting.dpsgd`)."""
+    return certified_epsilons(phases, (delta,), relation, interval=interval, tolerance=tolerance)[0]
+
+
+def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval: float | None = None,
+                       tolerance: float = DEFAULT_TOLERANCE) -> tuple[PLDBounds, ...]:
+    """`certified_epsilon` for several δ from one discretisation and one composition (a privacy profile); the
+    grid is refined until every gap meets `tolerance`."""
+    if relation not in ("add_remove", "replace_one"):
+        raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
+    deltas = tuple(float(d) for d in deltas)
+    start = time.perf_counter()
+    auto = interval is None
+    h = DEFAULT_START_INTERVAL if auto else interval
+    cap = _AUTO_LOG2_FFT if auto else MAX_LOG2_FFT      # auto: coarsen first to a fast FFT, refine on demand
+    budget = tolerance / 4
+    tries = []
+    best = None
+    for _ in range(24):
+        try:
+            res, infos = _at_interval(phases, deltas, relation, h, budget, cap)
+        except _TooFine:
+            if not auto or best is not None:
+                if best is not None:
+                    break
+                raise CertificationError(f"lattice interval {h} needs an FFT longer than 2^{cap}") from None
+            h *= 2
+            continue
+        worst = max(up - lo for lo, up in res)
+        tries.append({"interval": h, "budget": budget, "worst_gap": worst,
+                      "fft_length": max(i["fft_length"] for i in infos)})
+        improved = best is None or worst < 0.75 * best[0]
+        if best is None or worst < best[0]:
+            best = (worst, res, h, infos)
+        if worst <= tolerance or not improved or time.perf_counter() - start > _REFINE_SECONDS:
+            break      # met, or refining no longer pays: the details say meets_tolerance = False
+        budget /= 8
+        if min(i["min_width_cells"] for i in infos) == 1:
+            if not auto:
+                break
+            h /= 2
+            cap = MAX_LOG2_FFT
+    if best is None:
+        raise CertificationError("no lattice interval gave a composed PLD")
+    _, res, h_used, infos = best
+    wall = time.perf_counter() - start
+    out = []
+    for lower, upper in res:
+        details = {"method": "certified_pld", "interval": h_used, "tolerance": tolerance,
+                   "gap": upper - lower, "meets_tolerance": upper - lower <= tolerance, "tries": tries,
+                   "directions": infos, "wall_time_s": wall}
+        out.append(PLDBounds(lower=lower, upper=upper, interval=h_used, details=details))
+    return tuple(out)
+
+
+def _at_interval(phases, deltas, relation, h, budget, cap=MAX_LOG2_FFT):
+    per_dir: dict[int, list] = {}
+    for q, sigma, steps in phases:
+        for d, pair in enumerate(pairs_for(relation, q, sigma)):
+            per_dir.setdefault(d, []).append((pair, steps))
+    results, infos = [], []
+    for d in sorted(per_dir):
+        pairs = [p for p, _ in per_dir[d]]
+        steps = [t for _, t in per_dir[d]]
+        res, info = _direction(pairs, steps, deltas, h, budget, cap)
+        info["pair"] = pairs[0].kind
+        results.append(res)
+        infos.append(info)
+    combined = [(max(max(r[i][0], 0.0) for r in results), max(max(r[i][1], 0.0) for r in results))
+                for i in range(len(deltas))]
+    return combined, infos
