@@ -225,13 +225,13 @@ def _masses_arb(pair: Pair, losses: list[arb]):
     pw, qw = pair.arb_weights("p"), pair.arb_weights("q")
     vals = []   # per point: list over means of _phi_pair or None, and x-order flag
     for t in losses:
-        tf = float(t.mid())
-        if tf <= lo:
-            vals.append("bottom")
-        elif tf >= hi:
-            vals.append("top")
+        side = _range_side(pair, t)
+        if side is not None:
+            vals.append(side)
         else:
             x = pair.crossing_arb(t)
+            if not x.is_finite():
+                raise CertificationError(f"crossing point of loss {t} is not finite")
             vals.append([_phi_pair((x - m) / s) for m in means])
 
     def mass(i, j, w):   # loss interval (t_i, t_j] with i = None for −∞ and j = None for +∞
@@ -257,6 +257,19 @@ def _masses_arb(pair: Pair, losses: list[arb]):
     below = (mass(None, 0, pw), mass(None, 0, qw))
     above = (mass(M, None, pw), mass(M, None, qw))
     return between, below, above
+
+
+def _range_side(pair: Pair, t: arb):
+    """"bottom" if the loss t is at or below the infimum of the pair's loss range, "top" if at or above its
+    supremum, None inside — decided in Arb (e^t > 1 − q for `remove`, e^{−t} > 1 − q for `add`)."""
+    if pair.q == 1.0 or pair.kind == "replace":
+        return None
+    inside = (t if pair.kind == "remove" else -t).expm1() + arb(pair.q)
+    if inside > 0:
+        return None
+    if inside <= 0:
+        return "bottom" if pair.kind == "remove" else "top"
+    raise CertificationError(f"cannot decide whether the loss {t} lies inside the loss range")
 
 
 def _x_end(v, mean_index: int, increasing: bool, lower_loss: bool):
@@ -321,6 +334,8 @@ def _discretise(pair: Pair, steps: int, h: float, lam: float, k_bot: int, k_top:
             t = (lam_a * e[k]).exp() * inv_z
             upper[k] = float_up(up[k] * t)
             lower[k] = max(0.0, float_down(low[k] * t)) if low[k] > 0 else 0.0
+    if not (np.all(np.isfinite(upper)) and np.all(np.isfinite(lower)) and p_inf.is_finite()):
+        raise CertificationError("a discretised mass is not finite")
     # Z as used: the masses are bounded through e^{log_z} computed in Arb from the same float log_z
     return _Round(steps=steps, index=ks, upper=upper, lower=lower, log_z=log_z, p_inf=p_inf)
 
@@ -367,7 +382,7 @@ def _borrow(raw: list[tuple[arb, arb]], alpha: list[arb]) -> list[arb]:
                     Pm, Qm = P + b * P2, Q + b * Q2
                     if Pm.lower() >= (alpha[k] * Qm).upper():
                         out[k] = out[k] + Pm.lower()
-                        frac[k + 1] = frac[k + 1] - b          # rounded: never more than what is left
+                        frac[k + 1] = math.nextafter(frac[k + 1] - b, 0.0)   # never more than what is left
                         continue
         if k > 0 and P.lower() >= (alpha[k - 1] * Q).upper():
             out[k - 1] = out[k - 1] + P.lower()
@@ -457,6 +472,12 @@ def _compose(rounds: list[_Round], N: int, j0: int):
         xi = np.zeros(N)
         np.add.at(xr, pos, r.upper)
         np.add.at(xi, pos, r.lower)
+        counts = np.bincount(pos, minlength=N)
+        hit = counts > 1                 # positions holding several masses (a round wider than N): sums rounded
+        if np.any(hit):
+            grow = 2.0 * counts[hit] * _U
+            xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
+            xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
         with ctx.workprec(PREC):
             norm = (_norm2_arb(xr) + _norm2_arb(xi)).sqrt()
             m_U, m_L = _sum_arb(xr), _sum_arb(xi)
@@ -506,33 +527,38 @@ def _compose(rounds: list[_Round], N: int, j0: int):
 
 # --- step 3: ε from the composed masses ---------------------------------------------------------------------
 
-def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_zT: float, lam: float,
-                     j0: int, h: float, delta: float) -> tuple[float, float, dict]:
+def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_zT: arb, lam: float,
+                     j0: int, h: float, delta: float, memo: dict | None = None) -> tuple[float, float, dict]:
+    """ε enclosure at δ from the composed masses; `memo` shares the δ-independent arrays between calls on the
+    same composition (several δ)."""
+    memo = {} if memo is None else memo
     N = len(cU)
-    s = (j0 + np.arange(N)) * h
-    with ctx.workprec(PREC):
-        E_f = float_up(E)
-        a_f = float_up(alias_L + E)
-    up = cU + E_f
-    lo = np.maximum(cL - a_f, 0.0)
-    # float guess of the crossing from the upper masses (only to pick the segment)
-    with np.errstate(all="ignore"):
-        logw = np.log(np.maximum(up, 1e-320)) - lam * s + log_zT
-    d_float = _float_delta_points(logw, s)
+    if "arrays" not in memo:
+        s = (j0 + np.arange(N)) * h
+        with ctx.workprec(PREC):
+            E_f = float_up(E)
+            a_f = float_up(alias_L + E)
+        up = cU + E_f
+        lo = np.maximum(cL - a_f, 0.0)
+        # float guess of the crossing from the upper masses (only to pick the segment)
+        with np.errstate(all="ignore"):
+            logw = np.log(np.maximum(up, 1e-320)) - lam * s + float(log_zT.mid())
+        memo["arrays"] = (s, up, lo, E_f, _float_delta_points(logw, s))
+    s, up, lo, E_f, d_float = memo["arrays"]
     hit = np.nonzero(d_float <= delta)[0]
     j_guess = int(np.clip(hit[0] if len(hit) else N - 1, 1, N - 1))
-    extra = tail_U * arb(log_zT).exp() * (-arb(lam) * arb(float((j0 + N) * h))).exp() + p_inf
-    upper = _solve_moving(up, s, j_guess, lam, log_zT, delta, h, extra, "upper")
-    lower = _solve_moving(lo, s, j_guess, lam, log_zT, delta, h, arb(0), "lower")
+    extra = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
+    upper = _solve_moving(up, s, j_guess, lam, log_zT, delta, h, extra, "upper", memo)
+    lower = _solve_moving(lo, s, j_guess, lam, log_zT, delta, h, arb(0), "lower", memo)
     return lower, upper, {"window": [float(s[0]), float(s[-1])], "entry_error": E_f}
 
 
-def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str) -> float:
+def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str, memo: dict) -> float:
     """`_solve_segments` from the float guess j, moving its reference down while the crossing lies below the
     part of the window its sums cover."""
     for _ in range(64):
         try:
-            return _solve_segments(c, s, float(s[j]), j, lam, log_zT, delta, h, extra, side)
+            return _solve_segments(c, s, float(s[j]), j, lam, log_zT, delta, h, extra, side, memo)
         except _Outside as out:
             if str(out) == "above" or j <= 1:
                 raise CertificationError("the crossing lies outside the composed window") from None
@@ -540,44 +566,49 @@ def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str) -> floa
     raise CertificationError("the crossing lies outside the composed window")
 
 
-def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str) -> float:
-    """Crossing of A_j − e^ε·B_j = δ on the segment ε ∈ [s_{j−1}, s_j), moving j until it lies inside."""
-    N = len(c)
-    # start the sums where the weights e^{−λ(s − ref)} are at most e^{600} (no float overflow, no huge factor)
-    i0 = max(0, j - int(600.0 / max(lam * h, 600.0 / N)))
-    seg = slice(i0, N)
-    ss = s[seg] - ref
-    # weights e^{−λ(s−ref)} and e^{−(λ+1)(s−ref)} by a geometric recurrence from the first point
+def _suffix_sums(c, s, i0: int, lam: float, h: float):
+    """Suffix sums of c_i·r̃^{i−i0} and c_i·r̃'^{i−i0} (r = e^{−λh}, r' = e^{−(λ+1)h}) from entry i0, and the
+    Arb factors that bound their float rounding (independent of δ and of the reference point)."""
     with ctx.workprec(PREC):
-        g0 = (-arb(lam) * arb(float(ss[0]))).exp()
-        g0p = (-arb(lam + 1) * arb(float(ss[0]))).exp()
         r = (-arb(lam) * arb(h)).exp()
-        rp = (-arb(lam + 1) * arb(h)).exp()
-    # exponent range guard: the first weights may be huge; work with log-offset by the geometric start
-    n = len(ss)
+        rp = (-(arb(lam) + 1) * arb(h)).exp()
+    n = len(s) - i0
     ratio = np.full(n, float(r.mid()))
     ratio[0] = 1.0
     ratio_p = np.full(n, float(rp.mid()))
     ratio_p[0] = 1.0
     with np.errstate(over="ignore", under="ignore"):
-        g = np.cumprod(ratio)
-        gp = np.cumprod(ratio_p)
-        t1 = c[seg] * g
-        t2 = c[seg] * gp
+        t1 = c[i0:] * np.cumprod(ratio)
+        t2 = c[i0:] * np.cumprod(ratio_p)
     S1 = np.cumsum(t1[::-1])[::-1]
     S2 = np.cumsum(t2[::-1])[::-1]
     with ctx.workprec(PREC):
         # float rounding of the recurrence, the products and the sequential sums: (1+u)^{2n+1} ≤ fac
         fac = (1 + arb(8) * arb(_U)) ** (n + 4)
-        # terms that underflowed to zero: each below 2^-1000 times the largest mass (< 2)
-        under = arb(n) * arb(2) ** -999
-        K = arb(log_zT).exp() * (-arb(lam) * arb(ref)).exp()
+        # terms that underflowed to zero: each below 2^-1000 times the largest mass
+        under = arb(n) * arb(max(float(np.max(c)), 1.0)) * arb(2) ** -1000
+        fr = (1 + 2 * _rel_error(float(r.mid()), r)) ** arb(n)      # r^i ≤ r̃^i·(1 + 2·rel)^i
+        frp = (1 + 2 * _rel_error(float(rp.mid()), rp)) ** arb(n)
+    return S1, S2, n, fac, under, fr, frp
+
+
+def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, memo: dict | None = None) -> float:
+    """Crossing of A_j − e^ε·B_j = δ on the segment ε ∈ [s_{j−1}, s_j), moving j until it lies inside."""
+    N = len(c)
+    # start the sums where the weights e^{−λ(s − ref)} are at most e^{600} (no float overflow, no huge factor)
+    i0 = max(0, j - int(600.0 / max(lam * h, 600.0 / N)))
+    key = (side, i0)
+    memo = {} if memo is None else memo
+    if key not in memo:
+        memo[key] = _suffix_sums(c, s, i0, lam, h)
+    S1, S2, n, fac, under, fr, frp = memo[key]
+    ss = s[i0:] - ref
+    with ctx.workprec(PREC):
+        first = arb(int(j0_of(s, h)) + i0) * arb(h) - arb(ref)     # the exact lattice loss of entry i0, minus ref
+        g0 = (-arb(lam) * first).exp()
+        g0p = (-(arb(lam) + 1) * first).exp()
+        K = log_zT.exp() * (-arb(lam) * arb(ref)).exp()
         Kg, Kgp = K * g0, K * g0p
-        rel_r = _rel_error(float(r.mid()), r)
-        rel_rp = _rel_error(float(rp.mid()), rp)
-        span = arb(n)
-        fr = (1 + 2 * rel_r) ** span       # r^i ≤ r̃^i·(1 + 2·rel)^i, the float ratio vs the exact one
-        frp = (1 + 2 * rel_rp) ** span
         d = arb(delta)
         # the segment from the float sums (δ is decreasing), then corrected by the certified crossing itself
         with np.errstate(over="ignore", invalid="ignore"):
@@ -606,6 +637,10 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str) 
                 A = Kg * arb(float(S1[jj])) / (fac * fr)
                 B = Kgp * (arb(float(S2[jj])) * fac * frp + under)
             num = A - d
+            if not (A.is_finite() and B.is_finite()):
+                raise CertificationError("a composed sum is not finite")
+            if not (num > 0 or num <= 0):
+                raise CertificationError("cannot decide on which side of δ the segment starts")
             if not (num > 0):                  # crossing before this segment
                 if side == "lower" and jj <= 1:
                     if i0 == 0:
@@ -619,11 +654,22 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str) 
             eps = arb(ref) + (num / B).log()
             val = float_up(eps) if side == "upper" else float_down(eps)
             target = int(np.searchsorted(s, val, side="right"))   # the segment [s_{t−1}, s_t) holding val
+            if target >= N:
+                raise _Outside("above")
             if target == j or (side == "lower" and target < j and jj <= 1):
-                return val
+                # the formula holds on [s_{j−1}, s_j) with the exact lattice ends: keep val inside them
+                lo_end, hi_end = arb(int(j0_of(s, h)) + j - 1) * arb(h), arb(int(j0_of(s, h)) + j) * arb(h)
+                return max(val, float_up(lo_end)) if side == "upper" else min(val, float_down(hi_end))
+            if target <= i0 and i0 > 0:
+                raise _Outside("below")
             j = min(max(target, i0 + 1), N - 1)
         # a cycle between two segments: the crossing sits on their common end; take the safe side
         return float(s[max(seen)]) if side == "upper" else float(s[min(seen) - 1])
+
+
+def j0_of(s: np.ndarray, h: float) -> int:
+    """The lattice index of the window's first entry (s[0] = j0·h)."""
+    return int(round(float(s[0]) / h))
 
 
 def _rel_error(f: float, exact: arb) -> arb:
@@ -768,11 +814,13 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
         tail_L = (_chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
                   + _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0))
         p_inf = sum((r.steps * r.p_inf for r in rounds), arb(0))
-    log_zT = sum(r.steps * r.log_z for r in rounds)
+    with ctx.workprec(PREC):
+        log_zT = sum((arb(r.log_z) * r.steps for r in rounds), arb(0))     # exact: Π Z_p^{T_p} with Z_p = e^{log_z}
     out = []
     info = {}
+    memo: dict = {}
     for delta in deltas:
-        lower, upper, info = _epsilon_bracket(cU, cL, E, tail_L, tail_U, p_inf, log_zT, lam, j0, h, delta)
+        lower, upper, info = _epsilon_bracket(cU, cL, E, tail_L, tail_U, p_inf, log_zT, lam, j0, h, delta, memo)
         out.append((lower, upper))
     info.update({"tilt": lam, "fft_length": N, "beta": beta, "breakpoints": int(sum(len(r.index) for r in rounds)),
                  "min_width_cells": int(min(np.min(np.diff(r.index)) if len(r.index) > 1 else 1 for r in rounds)),

@@ -129,7 +129,7 @@ def test_docs_example_passes_the_checks_and_leaves_the_run_unchanged():
     assert clip.observed["nonfinite_cases_zeroed"] == 1      # only the overflowing finite vector is zeroed
     assert clip.observed["inside_bit_identical"] and clip.observed["zero_case_ok"]
     assert clip.observed["max_norm_ratio"] <= 1 + 1e-10 and clip.observed["min_cosine"] >= 1 - 1e-12
-    assert "above privcheck's PLD" in results["accountant_agreement"].message   # RDP is looser than PLD
+    assert "above privcheck's certified PLD" in results["accountant_agreement"].message   # RDP is looser than PLD
     assert engine.accountant.history == []                  # the probes restored the accountant
     # the model is the one the example built, untouched by the probes: re-seeding reproduces its weights
     assert all(p.grad is None for p in model.parameters())
