@@ -287,7 +287,7 @@ def test_cli_bad_input_exit_2(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------- CLI, guard, release
 
-@pytest.mark.slow   # ~40 s: the run artifacts are validated in the fast tier by test_run_artifacts_validate_and_are_sealed
+@pytest.mark.slow   # ~40 s; the fast tier validates run artifacts in test_run_artifacts_validate_and_are_sealed
 def test_cli_round_trip_tiny_cpu_reduced(tmp_path, capsys):
     """tiny-cpu (reduced: n = 16, m = 4, same q, T, δ and so the same calibrated σ) through the CLI."""
     from privcheck.cli import main
