@@ -35,6 +35,7 @@ import numpy as np
 from flint import arb, ctx
 from scipy.optimize import minimize_scalar
 
+from privcheck import validation as v
 from privcheck.accounting.pld_pairs import Pair, pairs_for
 from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import fft as bfft
@@ -852,7 +853,16 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     grid is refined until every gap meets `tolerance`."""
     if relation not in ("add_remove", "replace_one"):
         raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
-    deltas = tuple(float(d) for d in deltas)
+    phases = tuple((v.sampling_rate("sampling_rate", q), v.positive("noise_multiplier", s), v.count("steps", t))
+                   for q, s, t in phases)
+    if not phases:
+        raise InvalidParameter("phases", phases, "at least one (sampling_rate, noise_multiplier, steps)")
+    deltas = tuple(v.open_unit("delta", d) for d in deltas)
+    if not deltas:
+        raise InvalidParameter("deltas", deltas, "at least one δ in (0, 1)")
+    if interval is not None:
+        interval = v.positive("interval", interval)
+    tolerance = v.positive("tolerance", tolerance)
     start = time.perf_counter()
     auto = interval is None
     h = DEFAULT_START_INTERVAL if auto else interval

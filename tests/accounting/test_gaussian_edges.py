@@ -80,6 +80,11 @@ def legal_sigma(delta: float, u: float, k: int) -> tuple[float, float, Fraction]
 @example(delta=1 - 2 ** -53, u=0.0, k=0)
 @example(delta=1e-300, u=0.99, k=-300)
 def test_gaussian_epsilon_full_range(delta, u, k):
+    gaussian_epsilon_case(delta, u, k)
+
+
+def gaussian_epsilon_case(delta, u, k):
+    """One analytic-Gaussian point of the legal range against the oracle (shared with the slow sweep)."""
     legal = legal_sigma(delta, u, k)
     if legal is None:
         return

@@ -13,13 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privcheck.accounting.gaussian import dp_to_gdp, gaussian_epsilon, gdp_to_dp
+from privcheck.accounting.gaussian import dp_to_gdp, gdp_to_dp
 from tests.accounting.test_gaussian_edges import (
     EPS_MAX,
     at_case,
     check_epsilon_record,
     check_mu_bracket,
     deltas,
+    gaussian_epsilon_case,
     legal_sigma,
     rnm_case,
 )
@@ -30,11 +31,7 @@ pytestmark = pytest.mark.slow
 @settings(max_examples=120)
 @given(delta=deltas, u=st.floats(0, 1), k=st.integers(-300, 300))
 def test_gaussian_epsilon_full_range_many(delta, u, k):
-    legal = legal_sigma(delta, u, k)
-    if legal is None:
-        return
-    sigma, sens, mu = legal
-    check_epsilon_record(gaussian_epsilon(sigma, delta, sens), mu, delta)
+    gaussian_epsilon_case(delta, u, k)
 
 
 @settings(max_examples=60)

@@ -22,9 +22,9 @@ from privcheck.checks import training
 from tests.bug_zoo.dpgrpo_variants import DPGRPO_ZOO, LossHookTrainer
 
 SEED = 0
-# privcheck's certified calibration of the MATH ε = 8 row (README; Table VII: 0.4842404738, whose certified ε is
-# 8.000011 > 8)
-CALIBRATED_SIGMA_EPS8 = 0.4842409232185613
+# Table VII's σ for the MATH ε = 8 row (0.4842404738) raised by 1e-6: Table VII's own σ has certified ε
+# 8.000011 > 8 (its float PLD is 7.99999996), and the check allows |σ − σ_VII| ≤ 1e-5.
+CALIBRATED_SIGMA_EPS8 = 0.4842404738068581 + 1e-6
 SPEC_TABLE = ["batch_advantage_norm", "per_completion_clip", "realised_batch_divisor", "shuffled_fixed_batches",
               "noise_sigma_only", "clip_per_chunk", "skip_constant_groups", "reused_seeded_noise",
               "batch_token_norm", "per_tensor_clip", "bias_corrected_kl", "nonfinite_passthrough",
