@@ -1,14 +1,17 @@
 """Calibration: the one routine that finds a mechanism's parameter for a target (ε, δ), always on the safe side.
 
 `calibrate(make_event, target_epsilon, delta, parameter=...)` searches a family of events. For a noise parameter
-(ε decreasing in it) it returns the upper end of a bracket `[x_lo, x_hi]` with ε(x_lo) > target ≥ ε(x_hi), both
-evaluated at the fine PLD interval, and the achieved ε is that evaluation; for `parameter="steps"` (ε increasing)
-it returns the largest integer whose ε is at most the target. `calibrate_sigma` / `calibrate_steps` are the
-DP-SGD families.
-Two stages keep it cheap: a bracket at the coarse interval 1e-3, then a safeguarded regula falsi at the
-fine interval 1e-4 inside [σ_c − 2e-3, σ_c + 2e-3] (widened until both ends are confirmed). The search runs on
-dp-accounting's float PLD; the returned value is then checked with the certified accountant (the reported
-figure) and moved to the safe side until the certified ε meets the target.
+(ε decreasing in it) the search runs on dp-accounting's float PLD and ends with a bracket `[x_lo, x_hi]`,
+ε(x_lo) > target ≥ ε(x_hi), of width `tolerance`; for `parameter="steps"` (ε increasing) it ends at the largest
+integer whose float ε is at most the target. The value is then checked with the certified accountant (the
+reported figure, `epsilon(event, delta)`) and moved to the safe side until the certified ε meets the target;
+that certified record is the calibration's `achieved` ε. `calibrate_sigma` / `calibrate_steps` are the DP-SGD
+families.
+
+The float search only positions σ, so it runs on coarse lattices: a bracket at 1e-2 narrowed to 1e-4 relative,
+then a bracket confirmed at 2e-3 and refined to `tolerance`, both by regula falsi on (log σ, log ε). The float
+PLD at 2e-3 sits within about 1e-5 of the certified upper end on the Table VI rows, which the certified check
+then settles (`Calibration.certified_step` says how far it moved σ).
 """
 
 from __future__ import annotations
@@ -27,11 +30,16 @@ from privcheck.environment import library_versions
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.serialization import freeze, jsonable
 
-__all__ = ["Calibration", "CalibrationInfeasible", "MAX_STEPS", "PARAMETERS", "SIGMA_CEILING", "SIGMA_FLOOR",
+__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "MAX_STEPS", "PARAMETERS", "SEARCH_INTERVAL",
+           "SIGMA_CEILING", "SIGMA_FLOOR",
            "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
 SIGMA_FLOOR, SIGMA_CEILING = 1e-3, 1e4
 _SAFE_STEPS = 8
+SEARCH_INTERVAL = 2e-3      # float PLD lattice of the search's fine stage (σ); the certified check decides
+COARSE_INTERVAL = 1e-2      # and of its bracketing stage
+_COARSE_RESOLUTION = 1e-4   # the coarse stage narrows σ to this relative width
+_FINE_WINDOW = 2e-3         # the fine bracket starts this far (relative) either side of the coarse crossing
 MAX_STEPS = 10**7
 
 
@@ -93,18 +101,21 @@ def _probe(make_event, parameter: str) -> Event:
 
 
 def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise_multiplier",
-              interval: float = DEFAULT_INTERVAL, coarse: float = 1e-3, tolerance: float = 1e-6,
+              interval: float | None = None, coarse: float = COARSE_INTERVAL, tolerance: float = 1e-6,
               inputs: Mapping[str, Any] | None = None) -> Calibration:
     """The value x of `parameter` for which `make_event(x)` meets `target_epsilon` at `delta`, never overshooting.
 
-    "noise_multiplier" (any noise scale; ε must decrease in it): the smallest x to `tolerance` with
-    ε(make_event(x)) ≤ target, searched in [SIGMA_FLOOR, SIGMA_CEILING]. "steps" (ε must increase in it): the
-    largest integer. PLD events are bracketed at the `coarse` interval first, then refined at `interval`; the
-    achieved ε is `epsilon(make_event(x), delta)` at the fine interval.
+    "noise_multiplier" (any noise scale; ε must decrease in it): the smallest x to `tolerance` with float
+    ε(make_event(x)) ≤ target, searched in [SIGMA_FLOOR, SIGMA_CEILING], then raised until the certified ε meets
+    the target. "steps" (ε must increase in it): the largest integer, lowered likewise. PLD events are
+    bracketed at the `coarse` interval, then refined at `interval` (default SEARCH_INTERVAL for a noise
+    parameter, DEFAULT_INTERVAL for steps); the achieved ε is `epsilon(make_event(x), delta)`, the certified one.
     """
     if parameter not in PARAMETERS:
         raise InvalidParameter("parameter", parameter, " or ".join(repr(p) for p in PARAMETERS))
     target = v.positive("epsilon", target_epsilon)
+    if interval is None:
+        interval = SEARCH_INTERVAL if parameter == "noise_multiplier" else DEFAULT_INTERVAL
     interval = v.positive("interval", interval)
     coarse = v.positive("coarse", coarse)
     tolerance = v.positive("tolerance", tolerance)
@@ -127,7 +138,7 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     event = make_event(value)
     searched = value
     # The search runs on the float PLD; the certified figure (the reported one) can sit slightly above it. Step
-    # to the safe side until the certified ε meets the target (in practice one step of a few 1e-6 relative).
+    # to the safe side until the certified ε meets the target (in practice none or one step of ~1e-5 relative).
     achieved = epsilon(event, delta)
     for _ in range(_SAFE_STEPS):
         if achieved.value <= target:
@@ -153,21 +164,22 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
 
 
 def _search_noise(eps, target: float, interval, coarse, tol: float):
-    """Two stages: a bracket at the coarse interval bisected to ~1e-3 in x, then a bracket confirmed at the fine
-    interval around it (widened until both ends hold) and refined to `tol`."""
+    """Two stages, each a regula falsi on log ε against log σ (ε is close to a power of σ, so the interpolant
+    lands within a few 1e-6 of the crossing and guard probes close the bracket): a bracket at the coarse
+    interval narrowed to 1e-4 relative, then a bracket confirmed at the fine interval around it (widened until
+    both ends hold) and refined to `tol`."""
+    coarse_eps = lambda s: eps(s, coarse)  # noqa: E731
     fine = lambda s: eps(s, interval)  # noqa: E731
-    lo, hi = _bracket(lambda s: eps(s, coarse), target)
-    while hi - lo > 1e-3:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if eps(mid, coarse) > target else (lo, mid)
-    width = 2e-3
+    lo, hi = _bracket(coarse_eps, target)
+    lo, hi = _refine(coarse_eps, target, lo, coarse_eps(lo), hi, coarse_eps(hi), _COARSE_RESOLUTION * hi)
+    width = _FINE_WINDOW * hi
     lo, hi = max(hi - width, SIGMA_FLOOR), hi + width
     while (e_hi := fine(hi)) > target:
         hi += width
         width *= 2
         if hi > SIGMA_CEILING:
             raise CalibrationInfeasible(f"no sigma <= {SIGMA_CEILING} reaches epsilon {target}")
-    width = 2e-3
+    width = _FINE_WINDOW * hi
     while (e_lo := fine(lo)) <= target:
         if lo <= SIGMA_FLOOR:
             hi, e_hi = lo, e_lo
@@ -193,11 +205,11 @@ def _search_steps(eps, target: float):
     return good, (bad, good)
 
 
-def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: float = DEFAULT_INTERVAL,
-                    coarse: float = 1e-3, sigma_tol: float = 1e-6,
+def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: float = SEARCH_INTERVAL,
+                    coarse: float = COARSE_INTERVAL, sigma_tol: float = 1e-6,
                     relation=NeighboringRelation.ADD_REMOVE) -> Calibration:
-    """Smallest noise multiplier σ (to `sigma_tol`) whose PLD ε at `interval` is at most `target_epsilon`
-    (`calibrate` on the family σ ↦ PoissonGaussianEvent(q, σ, T); cached)."""
+    """Smallest noise multiplier σ (to `sigma_tol`) whose float PLD ε at `interval` is at most `target_epsilon`,
+    raised until the certified ε meets it (`calibrate` on the family σ ↦ PoissonGaussianEvent(q, σ, T); cached)."""
     q = v.sampling_rate("sampling_rate", sampling_rate)
     T = v.count("steps", steps)
     delta = v.open_unit("delta", delta)
@@ -237,15 +249,12 @@ def _bracket(eps, target: float) -> tuple[float, float]:
 def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
     """Shrink [lo, hi] (eps(lo) > target >= eps(hi)) to width <= tol.
 
-    Regula falsi proposes the crossing; two probes at ±0.45·tol around it usually straddle it, so the
-    loop ends in a few evaluations; a bisection step is forced whenever the bracket fails to halve.
+    Regula falsi on (log σ, log ε) proposes the crossing; two probes at ±0.45·tol around it usually straddle
+    it, so the loop ends in a few evaluations; a bisection step is forced whenever the bracket fails to halve.
     """
     while hi - lo > tol:
         width_before = hi - lo
-        if math.isfinite(e_lo) and e_lo > e_hi:
-            x = lo + (hi - lo) * (e_lo - target) / (e_lo - e_hi)
-        else:
-            x = 0.5 * (lo + hi)
+        x = _crossing_estimate(lo, e_lo, hi, e_hi, target)
         guard = min(0.45 * tol, 0.25 * (hi - lo))
         for probe in (x + guard, x - guard):
             probe = min(max(probe, lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
@@ -264,6 +273,15 @@ def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
             else:
                 hi, e_hi = mid, e
     return lo, hi
+
+
+def _crossing_estimate(lo, e_lo, hi, e_hi, target) -> float:
+    """Where log ε, interpolated linearly in log σ between the bracket's ends, meets log target (the midpoint
+    when an end's ε is not a positive finite number)."""
+    if not (math.isfinite(e_lo) and e_lo > e_hi > 0 and lo > 0):
+        return 0.5 * (lo + hi)
+    t = (math.log(e_lo) - math.log(target)) / (math.log(e_lo) - math.log(e_hi))
+    return math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
 
 
 def calibrate_steps(sampling_rate, noise_multiplier, delta, target_epsilon, *,

@@ -45,6 +45,7 @@ __all__ = ["DEFAULT_TOLERANCE", "MAX_LOG2_FFT", "PLDBounds", "certified_epsilon"
 
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_START_INTERVAL = 1e-4
+_COARSEST_START_DOUBLINGS = 2      # the automatic lattice starts at 1e-4·2^k, k ≤ 2
 MAX_LOG2_FFT = 22
 _AUTO_LOG2_FFT = 20
 _REFINE_SECONDS = 30.0
@@ -53,6 +54,7 @@ _U = 2.0 ** -53
 _WINDOW_STDS = 12.0
 _MAX_WIDTH_LOG2 = 12
 _GAP_CONSTANT = 0.2
+_COARSE_ESTIMATE_LOG2 = 6     # the float estimate of ε behind the tilt: lattice at most 64·h
 
 
 @dataclass(frozen=True)
@@ -168,16 +170,24 @@ def _widths(weight: np.ndarray, beta: float, h: float) -> np.ndarray:
 
 
 def _breakpoints(widths: np.ndarray, k_bot: int, k_top: int) -> np.ndarray:
-    """Lattice indices from k_bot to k_top stepping by the width of the cell reached."""
+    """Lattice indices from k_bot stepping by the width of the cell reached, to k_top. Every step is a power of
+    two; the last one, cut at k_top, is stretched to the narrowest width g used (by less than g cells; any
+    breakpoints are sound), so that all of them lie on k_bot + gℤ and the composition can run on that
+    sublattice."""
     out = [k_bot]
     k = k_bot
+    narrowest = 1 << 62
     while k < k_top:
         i = k - k_bot
         w = int(widths[i])
         while w > 1 and int(widths[i:i + w].min()) < w:   # a bucket never reaches into finer cells
             w //= 2
+        if k + w <= k_top:
+            narrowest = min(narrowest, w)
         k = min(k + w, k_top)
         out.append(k)
+    if len(out) > 2 and narrowest < (1 << 62):
+        out[-1] = max(out[-2] + narrowest, k_bot + -(-(k_top - k_bot) // narrowest) * narrowest)
     return np.array(out, dtype=np.int64)
 
 
@@ -457,8 +467,34 @@ def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
     return rr, ri
 
 
-def _compose(rounds: list[_Round], N: int, j0: int):
-    """Tilted composed masses on window indices [j0, j0 + N): (upper floats, lower floats, entry error bound)."""
+def _sublattice(rounds: list[_Round], N: int) -> int:
+    """The largest power of two g dividing every breakpoint spacing of every round (at most N/1024): the composed
+    masses then live on one coset of gℤ, and the FFTs run on N/g points."""
+    g = N >> 10
+    for r in rounds:
+        if len(r.index) > 1:
+            d = np.bitwise_or.reduce(np.diff(r.index))
+            g = min(g, int(d) & -int(d))
+    return max(g, 1)
+
+
+def _compose(rounds: list[_Round], N: int, j0: int, g: int):
+    """Tilted composed masses on window indices [j0, j0 + N): (upper floats, lower floats, entry error bound).
+
+    The cyclic convolution runs on the sublattice of spacing g (`_sublattice`, which must divide every
+    breakpoint spacing and N/1024): array position i holds the
+    composed index shift + g·i (mod N). Entries off that coset are exactly zero; the bound E is still added to
+    them by the extraction, which is only conservative."""
+    cr, ci, E, shift = _compose_cyclic(rounds, N // g, g)
+    full_r, full_i = np.zeros(N), np.zeros(N)
+    at = (shift - j0 + g * np.arange(N // g)) % N     # entry t of the window holds index j0 + t
+    full_r[at], full_i[at] = cr, ci
+    return full_r, full_i, E
+
+
+def _compose_cyclic(rounds: list[_Round], N: int, g: int):
+    """Cyclic composition on N points of the sublattice gℤ: (upper, lower, entry error bound, shift) with
+    position i holding the composed lattice index shift + g·i (mod g·N)."""
     n = N.bit_length() - 1
     u = arb(_U)
     sqrtN = arb(N).sqrt()
@@ -468,7 +504,7 @@ def _compose(rounds: list[_Round], N: int, j0: int):
     for r in rounds:
         ref = int(r.index[0])
         shift += r.steps * ref
-        pos = (r.index - ref) % N
+        pos = ((r.index - ref) // g) % N
         xr = np.zeros(N)
         xi = np.zeros(N)
         np.add.at(xr, pos, r.upper)
@@ -521,9 +557,7 @@ def _compose(rounds: list[_Round], N: int, j0: int):
         gamma_n = bfft.fft_error_bound(n, arb(1)) / sqrtN      # ((1+γ)^n − 1) plus the underflow term
         e_spec = err_U + err_L + u * ny
         E = (gamma_n * ny + e_spec) / sqrtN + arb(2) ** -1000
-    # window: array position i holds composed index ≡ i + shift (mod N); reorder so entry 0 is index j0
-    start = (j0 - shift) % N
-    return np.roll(cr, -start), np.roll(ci, -start), E
+    return cr, ci, E, shift
 
 
 # --- step 3: ε from the composed masses ---------------------------------------------------------------------
@@ -734,15 +768,42 @@ def _float_epsilon(cells, lam: float, delta: float, h: float, hi_loss: float | N
     return float(sv[hit[0]]) if len(hit) else float(sv[-1])
 
 
+def _coarse_cells(cells, h: float, g: int):
+    """The cells on the lattice g·h, each mass split between its two coarse neighbours so that every step's
+    mean loss is kept (the composed estimate then drifts by O(T·(gh)²/std), not O(T·gh)); floats, an estimate."""
+    if g == 1:
+        return cells, h
+    out = []
+    for T, lc, s in cells:
+        k = np.rint(s / h).astype(np.int64)
+        lo = k // g
+        frac = (k - lo * g) / g
+        top = float(np.max(lc))
+        w = np.exp(lc - top)
+        base = int(lo[0])
+        m = np.zeros(int(lo[-1]) - base + 2)
+        np.add.at(m, lo - base, w * (1 - frac))
+        np.add.at(m, lo - base + 1, w * frac)
+        with np.errstate(divide="ignore"):
+            out.append((T, np.log(m) + top, (base + np.arange(len(m))) * (g * h)))
+    return out, g * h
+
+
 def _refined_tilt(cells, delta: float, h: float) -> float:
     """The tilt that centres the composed distribution on a float estimate of ε (Chernoff's tilt aims at the
-    Chernoff ε, which can lie far above the true one; the masses around ε then carry little tilted weight)."""
+    Chernoff ε, which can lie far above the true one; the masses around ε then carry little tilted weight).
+    The estimate runs on a lattice coarse against the tilted spread (an error of a few 1e-3 std moves the
+    centre, not the bound)."""
     lam_c = _tilt(cells, delta)
+    std_c = math.sqrt(max(_tilted_moments(cells, lam_c)[1], 0.0))
+    g = 1 << max(0, min(_COARSE_ESTIMATE_LOG2, int(math.floor(math.log2(max(std_c / (256 * h), 1.0))))))
+    est_cells, est_h = _coarse_cells(cells, h, g)
     try:       # untilted: float FFT errors (~1e-16 absolute) are far below δ ≥ 1e-12 in the estimate's use
-        eps_f = _float_epsilon(cells, 0.0, delta, h, hi_loss=_chernoff_epsilon(cells, lam_c, delta) + 1.0)
+        eps_f = _float_epsilon(est_cells, 0.0, delta, est_h,
+                               hi_loss=_chernoff_epsilon(cells, lam_c, delta) + 1.0)
     except (ValueError, FloatingPointError, MemoryError):
         try:
-            eps_f = _float_epsilon(cells, lam_c, delta, h)
+            eps_f = _float_epsilon(est_cells, lam_c, delta, est_h)
         except (ValueError, FloatingPointError, MemoryError):
             return lam_c
     a, b = 1e-9, lam_c
@@ -805,10 +866,15 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
         raise _TooFine(N)
     j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
     beta = 1.0
-    while beta > 1e-40 and _predicted_gap(cells, lam, h, beta) > budget:
-        beta /= 8
+    predicted = _predicted_gap(cells, lam, h, beta)
+    while beta > 1e-40 and predicted > budget:
+        finer = _predicted_gap(cells, lam, h, beta / 8)
+        if finer > 0.95 * predicted:     # the lattice, not the bucket widths, limits the gap: stop narrowing
+            break
+        beta, predicted = beta / 8, finer
     rounds = [_discretise(pair, T, h, lam, kb, kt, lc, beta) for pair, T, (kb, kt, lc) in zip(pairs, steps, ranges)]
-    cU, cL, E = _compose(rounds, N, j0)
+    g = _sublattice(rounds, N)
+    cU, cL, E = _compose(rounds, N, j0, g)
     with ctx.workprec(PREC):
         hi_t = j0 + N - 1
         tail_U = _chernoff_arb(rounds, "upper", _best_theta(rounds, "upper", hi_t, 1.0), hi_t)
@@ -823,7 +889,8 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
     for delta in deltas:
         lower, upper, info = _epsilon_bracket(cU, cL, E, tail_L, tail_U, p_inf, log_zT, lam, j0, h, delta, memo)
         out.append((lower, upper))
-    info.update({"tilt": lam, "fft_length": N, "beta": beta, "breakpoints": int(sum(len(r.index) for r in rounds)),
+    info.update({"tilt": lam, "fft_length": N, "sublattice": g, "beta": beta,
+                 "breakpoints": int(sum(len(r.index) for r in rounds)),
                  "min_width_cells": int(min(np.min(np.diff(r.index)) if len(r.index) > 1 else 1 for r in rounds)),
                  "tail_upper": float_up(tail_U), "alias_lower": float_up(tail_L)})
     return out, info
@@ -841,7 +908,8 @@ def certified_epsilon(phases, delta: float, relation: str = "add_remove", *, int
                       tolerance: float = DEFAULT_TOLERANCE) -> PLDBounds:
     """Certified ε(δ) for phases ((q, σ, steps), ...) run one after the other, as an enclosure [lower, upper].
 
-    `interval` fixes the lattice; None starts at 1e-4 and halves it while upper − lower > `tolerance` (coarsening
+    `interval` fixes the lattice; None starts at 1e-4·2^k, k ≤ 2, from the loss spread (`_start_interval`),
+    and halves it while upper − lower > `tolerance` (coarsening
     it instead where the composed window would need an FFT longer than 2^MAX_LOG2_FFT; the details say when the
     tolerance could not be met). Arguments are validated by the caller (`privcheck.accounting.dpsgd`)."""
     return certified_epsilons(phases, (delta,), relation, interval=interval, tolerance=tolerance)[0]
@@ -865,7 +933,7 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     tolerance = v.positive("tolerance", tolerance)
     start = time.perf_counter()
     auto = interval is None
-    h = DEFAULT_START_INTERVAL if auto else interval
+    h = _start_interval(phases) if auto else interval
     cap = _AUTO_LOG2_FFT if auto else MAX_LOG2_FFT      # auto: coarsen first to a fast FFT, refine on demand
     budget = tolerance / 4
     tries = []
@@ -905,6 +973,16 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
                    "directions": infos, "wall_time_s": wall}
         out.append(PLDBounds(lower=lower, upper=upper, interval=h_used, details=details))
     return tuple(out)
+
+
+def _start_interval(phases) -> float:
+    """The first lattice of the automatic mode: about 1/64 of the narrowest round's loss spread
+    q·√(e^{1/σ²} − 1) (the spread of the likelihood ratio), rounded down to 1e-4·2^k with k ≤ 2. A coarse
+    lattice suffices where the spread is wide (the bucket widths, not the lattice, set the gap there); a
+    narrow spread needs a lattice that resolves it."""
+    spread = min(q * math.sqrt(math.expm1(min(1.0 / (sigma * sigma), 700.0))) for q, sigma, _ in phases)
+    doublings = math.floor(math.log2(max(spread / 64 / DEFAULT_START_INTERVAL, 1.0)))
+    return DEFAULT_START_INTERVAL * 2 ** min(doublings, _COARSEST_START_DOUBLINGS)
 
 
 def _at_interval(phases, deltas, relation, h, budget, cap=MAX_LOG2_FFT):

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privcheck.accounting import Calibration, CalibrationInfeasible, calibrate_sigma, calibrate_steps
+from privcheck.accounting.calibration import SEARCH_INTERVAL
 
 
 def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
@@ -44,7 +45,7 @@ def test_math_eps8_row_calibration():
     assert calibrate_sigma(q, T, delta, 8.0) is cal        # cached
     out = json.loads(json.dumps(cal.to_json(), allow_nan=False))
     assert out["value"] == cal.value and out["bracket"] == [lo, hi] and out["epsilon"] <= 8.0
-    assert out["inputs"]["interval"] == 1e-4
+    assert out["inputs"]["interval"] == SEARCH_INTERVAL
 
 
 @settings(max_examples=4)
@@ -56,7 +57,9 @@ def test_property_calibrated_sigma_never_overshoots(q, T, target, delta):
     assert cal.achieved.value <= target and cal.achieved.certified is not None
     assert dpa_epsilon(q, cal.value, T, delta, interval=1e-3) <= target
     lo, hi = cal.bracket
-    assert cal.certified_step <= 1e-4 * cal.value
+    # the certified upper end may sit up to its tolerance (1e-3 in ε) above the float figure; at ε ≥ 0.5 and an
+    # elasticity |d log ε / d log σ| ≥ 1 that moves σ by at most 2e-3 relative
+    assert cal.certified_step <= 2e-3 * cal.value
     assert hi == cal.value and hi - lo <= 1e-6 + cal.certified_step
     assert dpa_epsilon(q, lo, T, delta, interval=1e-3) > target, "unsafe end of the bracket meets the target"
 
@@ -96,10 +99,10 @@ def test_calibrate_sigma_infeasible_for_an_unreachable_target():
 @given(q=st.floats(0.05, 0.5), T=st.integers(1, 20), target=st.floats(0.5, 8.0),
        delta=st.sampled_from([1e-6, 1e-5, 1e-3]))
 def test_property_calibrated_sigma_never_overshoots_at_the_reported_interval(q, T, target, delta):
-    """Same property with the default two-stage calibration (coarse 1e-3, fine 1e-4): ~2–10 s per example."""
+    """Same property with the default calibration (search at 1e-2 then 2e-3, certified check): ~1–5 s each."""
     cal = calibrate_sigma(q, T, delta, target)
     assert cal.achieved.value <= target
     assert dpa_epsilon(q, cal.value, T, delta) <= target
     lo, hi = cal.bracket
-    assert hi == cal.value and hi - lo <= 1e-6
-    assert dpa_epsilon(q, lo, T, delta) > target
+    assert hi == cal.value and hi - lo <= 1e-6 + cal.certified_step
+    assert dpa_epsilon(q, lo, T, delta, interval=SEARCH_INTERVAL) > target

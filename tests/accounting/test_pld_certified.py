@@ -273,3 +273,20 @@ def test_single_round_intersects_the_exact_method(q, sigma, delta):
 def test_tiny_q_large_sigma_is_near_zero_and_nonnegative():
     b = certified_epsilon(((1e-4, 20.0, 100),), 1e-6)
     assert 0.0 <= b.lower <= b.upper <= 1e-3
+
+
+# --- speed paths that must not change the answer --------------------------------------------------------------
+
+def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
+    """Breakpoints spaced by multiples of g let the FFTs run on N/g points (`_sublattice`); the enclosure must
+    be the one the full lattice gives (same masses, same cyclic convolution; only the rounding differs)."""
+    from privcheck.accounting import pld_certified as pc
+    phases = ((0.1, 3.0, 64),)
+    fast = certified_epsilon(phases, 1e-6, interval=1e-4)
+    assert max(d["sublattice"] for d in fast.details["directions"]) >= 2, "meant to exercise the sublattice"
+    monkeypatch.setattr(pc, "_sublattice", lambda rounds, N: 1)
+    full = certified_epsilon(phases, 1e-6, interval=1e-4)
+    assert all(d["sublattice"] == 1 for d in full.details["directions"])
+    assert abs(fast.lower - full.lower) <= 1e-9 and abs(fast.upper - full.upper) <= 1e-9
+    (opt, pess), = ref.dpa_bracket(phases, (1e-6,), 1e-5)
+    assert fast.upper >= opt and fast.lower <= pess

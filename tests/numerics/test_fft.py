@@ -51,6 +51,45 @@ def test_forward_error_is_within_the_proven_bound(n, kind):
     assert bound < arb(1e-13) * norm * (1 << n), "the bound is vacuous"
 
 
+@pytest.mark.parametrize("n, pos, neg", [(6, 5, 0), (7, 1, 0), (7, 3, 4), (8, 0, 9), (8, 20, 13), (6, 16, 16)])
+def test_short_support_levels_stay_within_the_proven_bound(n, pos, neg):
+    """Inputs zero outside [N − neg, N) ∪ [0, pos) (zero-padded masses, band-limited spectra): the first levels
+    are formed directly (`fft._first_level`), and the result must still lie within the bound of the full FFT."""
+    N = 1 << n
+    rng = np.random.default_rng(100 + n + pos + neg)
+    xr, xi = np.zeros(N), np.zeros(N)
+    xr[:pos], xi[:pos] = rng.standard_normal(pos), rng.standard_normal(pos)
+    if neg:
+        xr[N - neg:], xi[N - neg:] = rng.standard_normal(neg), rng.standard_normal(neg)
+    yr, yi = bfft.fft(xr, xi)
+    err = _exact_dft_error(xr, xi, yr, yi)
+    bound = bfft.fft_error_bound(n, float(np.sqrt(np.sum(xr ** 2 + xi ** 2))) * (1 + 1e-12))
+    assert err < bound, f"error {err} above the proven bound {bound}"
+
+
+def test_skipped_levels_with_leading_support_are_bit_identical():
+    """Support [0, pos) only: the skipped butterflies add exact zeros, so the result equals the full
+    radix-2 computation, every level computed by butterflies, bit for bit."""
+    n, pos = 12, 300
+    N = 1 << n
+    rng = np.random.default_rng(7)
+    xr, xi = np.zeros(N), np.zeros(N)
+    xr[:pos], xi[:pos] = rng.random(pos), rng.random(pos)
+    yr, yi = bfft.fft(xr, xi)
+    # the same transform with every level computed: one stage at a time from level 1
+    wre, wim = bfft.twiddles(n)
+    ar, ai, L = xr.reshape(1, N), xi.reshape(1, N), 1
+    while L < N:
+        M = N // L
+        step = N // (2 * L)
+        tr, ti = wre[::step][:L, None], wim[::step][:L, None]
+        er, ei, orr, oi = ar[:, :M // 2], ai[:, :M // 2], ar[:, M // 2:], ai[:, M // 2:]
+        pr, pi = tr * orr - ti * oi, tr * oi + ti * orr
+        ar, ai = np.vstack([er + pr, er - pr]), np.vstack([ei + pi, ei - pi])
+        L *= 2
+    assert np.array_equal(yr, ar.reshape(N)) and np.array_equal(yi, ai.reshape(N))
+
+
 def test_inverse_recovers_the_input_and_matches_numpy():
     rng = np.random.default_rng(1)
     x = rng.random(1 << 12)
