@@ -9,8 +9,8 @@ that certified record is the calibration's `achieved` ε. `calibrate_sigma` / `c
 families.
 
 The float search only positions σ, so it runs on coarse lattices: a bracket at 1e-2 narrowed to 1e-4 relative,
-then a bracket confirmed at 2e-3 and refined to `tolerance`, both by regula falsi on (log σ, log ε). The float
-PLD at 2e-3 sits within about 1e-5 of the certified upper end on the Table VI rows, which the certified check
+then a bracket confirmed at 1e-3 and refined to `tolerance`, both by regula falsi on (log σ, log ε). The float
+PLD at 1e-3 sits within about 2e-5 of the certified upper end on the Table VI rows, which the certified check
 then settles (`Calibration.certified_step` says how far it moved σ).
 """
 
@@ -36,7 +36,7 @@ __all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "MAX_STEPS
 
 SIGMA_FLOOR, SIGMA_CEILING = 1e-3, 1e4
 _SAFE_STEPS = 8
-SEARCH_INTERVAL = 2e-3      # float PLD lattice of the search's fine stage (σ); the certified check decides
+SEARCH_INTERVAL = 1e-3      # float PLD lattice of the search's fine stage (σ); the certified check decides
 COARSE_INTERVAL = 1e-2      # and of its bracketing stage
 _COARSE_RESOLUTION = 1e-4   # the coarse stage narrows σ to this relative width
 _FINE_WINDOW = 2e-3         # the fine bracket starts this far (relative) either side of the coarse crossing
@@ -257,7 +257,8 @@ def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
         x = _crossing_estimate(lo, e_lo, hi, e_hi, target)
         guard = min(0.45 * tol, 0.25 * (hi - lo))
         for probe in (x + guard, x - guard):
-            probe = min(max(probe, lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
+            if not lo < probe < hi:      # keep the probe strictly inside the (possibly just narrowed) bracket
+                probe = min(max(probe, lo + 0.01 * (hi - lo)), hi - 0.01 * (hi - lo))
             e = eps(probe)
             if e > target:
                 lo, e_lo = probe, e

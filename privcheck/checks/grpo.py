@@ -336,6 +336,9 @@ def check_chunk_identity(b: SuiteBindings, precision: str | None = None, *, chun
 
 # ----------------------------------------------------------------------------------------------- V12
 
+SIGMA_VS_TABLE_VII = 5e-5   # V12: calibrated σ against Table VII's (float-PLD) σ; see check_accountant_reference
+
+
 def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *, rows: Sequence[str] | None = None,
                                jax_privacy: bool = True, calibration_rows: Sequence[str] = ("math_eps8_reference",)
                                ) -> CheckResult:
@@ -347,8 +350,11 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
     rounding (3 decimals) to the paper's printed value; RDP (if bound) within 0.03 of the paper's RDP column
     and RDP ≥ PLD − 1e-6. JAX-Privacy: PLD within 1e-4 of 3.7697. Calibration (if bound) for each row in
     `calibration_rows` (MATH ε=8 by default; the ε=1 row in the slow tier): ε(σ) ≤ target, ε(σ − 1e-5) > target
-    and |σ − σ_TableVII| ≤ 1e-5. Deterministic. The PLD evaluations cost 0.4–1.1 s each; the accountant caches
-    them. Reference data: `privcheck.checks.accounting.TABLE_VI` (docs/accounting.md, "Table VI")."""
+    (minimal to 1e-5 for the reported, certified ε) and |σ − σ_TableVII| ≤ 5e-5 (Table VII was calibrated on the
+    float PLD; the certified ε sits up to 4.2e-5 above it on these rows, which moves σ up by up to ~2e-5: at the
+    ε = 1 row Table VII's σ has certified ε 1.000034 > 1). Deterministic. The PLD evaluations cost 0.4–1.1 s
+    each; the accountant caches them. Reference data: `privcheck.checks.accounting.TABLE_VI` (docs/accounting.md,
+    "Table VI")."""
     precision = resolve_precision(precision, b)
     inputs = {"rows": list(rows) if rows is not None else "all", "jax_privacy": jax_privacy,
               "calibration_rows": list(calibration_rows)}
@@ -397,7 +403,7 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
                 s = value_of(b.calibrate_sigma(q, T, delta, target))
                 e_at = value_of(b.epsilon_pld(q, s, T, delta))
                 e_below = value_of(b.epsilon_pld(q, s - 1e-5, T, delta))
-                good = e_at <= target and e_below > target and abs(s - sigma_vii) <= 1e-5
+                good = e_at <= target and e_below > target and abs(s - sigma_vii) <= SIGMA_VS_TABLE_VII
                 cal[name] = {"sigma": s, "sigma_table_vii": sigma_vii, "abs_err": abs(s - sigma_vii),
                              "eps_at_sigma": e_at, "eps_at_sigma_minus_1e-5": e_below, "target": target}
                 if not good:
@@ -407,7 +413,8 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
         note += "" if b.epsilon_rdp is not None else "; RDP not compared (epsilon_rdp not bound)"
         observed = {"cases": per, "calibration": cal, "failures": failures}
         return {"passed": ok, "observed": observed, "expected": "Table VI PLD repro / paper values, Table VII σ",
-                "tolerance": {"pld": 1e-4, "rdp_vs_paper": 0.03, "rdp_minus_pld": -1e-6, "sigma": 1e-5},
+                "tolerance": {"pld": 1e-4, "rdp_vs_paper": 0.03, "rdp_minus_pld": -1e-6,
+                              "sigma": SIGMA_VS_TABLE_VII, "sigma_minimal": 1e-5},
                 "message": ("failures: " + ", ".join(failures) if failures else "all cases within tolerance")
                 + note}
 
