@@ -101,6 +101,14 @@ class TorchRandomness:
 
     # ------------------------------------------------------------------ rollout randomness
 
+    def rollout_state(self) -> torch.Tensor:
+        """The rollout generator's state (a distributed trainer broadcasts rank 0's so all ranks share one
+        rollout stream); the coins and noise generators have no such accessor."""
+        return self._rollout.get_state()
+
+    def set_rollout_state(self, state: torch.Tensor) -> None:
+        self._rollout.set_state(state)
+
     @contextlib.contextmanager
     def rollout_scope(self):
         """Fork the framework RNG (CPU and the active CUDA device) and seed it with a fresh draw of the
