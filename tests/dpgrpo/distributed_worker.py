@@ -32,10 +32,11 @@ def lora_flat(trainer) -> torch.Tensor:
 
 
 def run(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, T: int) -> None:
-    """Train T rounds with DistributedDPTrainer, then run V10 (`noise_calibration`) through the bindings of a
-    correct and of a noise-per-rank trainer; every rank takes part, rank 0 saves the V10 results."""
+    """Train T rounds with DistributedDPTrainer, then run V10 (`noise_calibration`) and V9
+    (`public_normalisation`) through the bindings of the correct trainer and of a planted bug each; every rank
+    takes part, rank 0 saves the check results."""
     from mechanisms.dpgrpo.verify import bindings_for
-    from privcheck.checks.dpsgd import check_noise_calibration
+    from privcheck.checks.dpsgd import check_noise_calibration, check_public_normalisation
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
@@ -44,12 +45,15 @@ def run(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, T: 
         tr.train(T)
         torch.save({"params": lora_flat(tr), "private": tr.private_telemetry, "public": tr.public_telemetry,
                     "backend": tr.backend, "world_size": tr.world_size}, f"{out_dir}/rank{rank}.pt")
-        v10 = {}
-        for name, cls in (("once", DistributedDPTrainer), ("per_rank", NoisePerRank)):
-            result = check_noise_calibration(bindings_for(build(7, 2, cls)))
-            v10[name] = {"passed": result.passed, "status": result.status, "observed": dict(result.observed)}
+        results = {}
+        for name, check, cls in (("v10_once", check_noise_calibration, DistributedDPTrainer),
+                                 ("v10_per_rank", check_noise_calibration, NoisePerRank),
+                                 ("v9_public", check_public_normalisation, DistributedDPTrainer),
+                                 ("v9_local_batch", check_public_normalisation, LocalBatchDivisor)):
+            result = check(bindings_for(build(7, 2, cls)))
+            results[name] = {"passed": result.passed, "status": result.status, "observed": dict(result.observed)}
         if rank == 0:
-            torch.save(v10, f"{out_dir}/v10.pt")
+            torch.save(results, f"{out_dir}/checks.pt")
     finally:
         dist.destroy_process_group()
 
@@ -61,3 +65,19 @@ class NoisePerRank(DistributedDPTrainer):
         z = DPTrainer.privatize(self, torch.zeros_like(S)) * self.divisor        # this rank's own noise draw
         dist.all_reduce(z, op=dist.ReduceOp.SUM, group=self.group)
         return (S + z) / self.divisor
+
+
+class LocalBatchDivisor(DistributedDPTrainer):
+    """A planted bug: every rank divides its own clipped sum by its local batch size, and the ranks average."""
+
+    def noisy_update(self, items):
+        items = list(items)
+        mine = items[self.rank::self.world_size]
+        S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.device)
+        for v in self.contributions(mine):
+            S = S + v
+        if self.rank == 0 and self.config.sigma > 0:
+            S = S + DPTrainer.privatize(self, torch.zeros_like(S)) * self.divisor
+        g = S / max(len(mine), 1)
+        dist.all_reduce(g, op=dist.ReduceOp.SUM, group=self.group)
+        return g / self.world_size

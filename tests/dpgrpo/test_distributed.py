@@ -32,12 +32,12 @@ def _seed_with_an_empty_round() -> int:
 
 @pytest.fixture(scope="module")
 def spawned(tmp_path_factory):
-    """One spawn of 2 gloo ranks: 3 training rounds, then V10 on a correct and on a noise-per-rank trainer."""
+    """One spawn of 2 gloo ranks: 3 training rounds, then V10 and V9 on the correct trainer and on planted bugs."""
     out = tmp_path_factory.mktemp("distributed")
     seed = _seed_with_an_empty_round()
     mp.spawn(worker.run, args=(2, str(out / "rendezvous"), str(out), seed, T), nprocs=2, join=True)
     ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
-    return seed, ranks, torch.load(out / "v10.pt", weights_only=False)
+    return seed, ranks, torch.load(out / "checks.pt", weights_only=False)
 
 
 def test_two_gloo_processes_equal_one_process(spawned):
@@ -60,7 +60,15 @@ def test_two_gloo_processes_equal_one_process(spawned):
 
 
 def test_noise_drawn_once_passes_and_noise_per_rank_is_caught_by_v10(spawned):
-    v10 = spawned[2]
-    assert v10["once"]["passed"], v10["once"]["observed"]
+    checks = spawned[2]
+    assert checks["v10_once"]["passed"], checks["v10_once"]["observed"]
     # seeded ranks draw the same noise, so the planted bug doubles the std (independent draws: √2)
-    assert not v10["per_rank"]["passed"] and v10["per_rank"]["observed"]["std_ratio"] > 1.3, v10["per_rank"]
+    bad = checks["v10_per_rank"]
+    assert not bad["passed"] and bad["observed"]["std_ratio"] > 1.3, bad
+
+
+def test_public_divisor_passes_and_local_batch_divisor_is_caught_by_v9(spawned):
+    checks = spawned[2]
+    assert checks["v9_public"]["passed"], checks["v9_public"]["observed"]
+    bad = checks["v9_local_batch"]
+    assert not bad["passed"] and not bad["observed"]["identical_across_batch_sizes"], bad
