@@ -27,8 +27,12 @@ Assumptions: PVAL is non-increasing in v (property-tested in tests/audits/test_o
 the minimum correct count and the canaries search. p-values and bounds come from `audits.pvalue`. Cost: the
 reference sample has about max(500,000, m) scores and the Monte Carlo `sims·m` scores (times T steps for
 `dpsgd_dirac(llr)`, drawn in float32 blocks); EPS_LB is evaluated once per grid rule and once per distinct simulated
-v. Monte Carlo uses a numpy Generator seeded with `seed` (reproducible; the report says so) or OS entropy when
-`seed` is None (`privcheck.randomness.RandomnessPolicy`).
+v. The reference sample uses a numpy Generator seeded with `seed` (reproducible; the report says so) or OS entropy
+when `seed` is None (`privcheck.randomness.RandomnessPolicy`). The Monte Carlo audits are independent tasks of
+about SIMS_BLOCK_SCORES scores each (⌊200,000/m⌋ audits, at least one), task j drawing from its own generator
+seeded with `RandomnessPolicy.derive_seed(f"audits.power/monte_carlo/{j}")`; they run through `audits.backends`
+(`backend="serial"` or `"ray"`, identical results for one seed). A task that fails on every attempt is listed in
+`execution.failed`; the quantiles are taken over the `sims_finished` audits that finished (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -39,21 +43,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from audits.backends import DEFAULT_MAX_RETRIES, check_backend, run_tasks
 from audits.pvalue import EPS_CAP, eps_lower, p_value
 from audits.score_models import DPSGDDirac, ScoreModel, parse_score_model
 from privcheck import validation as val
-from privcheck.errors import InvalidParameter
+from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
 
 __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling", "DEFAULT_GRID_POINTS", "GridPoint",
-           "GuessRule", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES",
-           "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "min_correct", "nominal_epsilon", "plan",
-           "plot_bound_vs_canaries", "validate_plan_inputs"]
+           "GuessRule", "MC_SEED_LABEL", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport", "REFERENCE_MIN_SCORES",
+           "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "mc_tasks",
+           "min_correct", "nominal_epsilon", "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
 REFERENCE_MIN_SCORES = 500_000    # reference floor (half in, half out); plan spread ≈ ±0.07 in ε, DP-GRPO m = 1e4
-SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in blocks of about this many scores
+SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in tasks of about this many scores
+MC_SEED_LABEL = "audits.power/monte_carlo/{}"     # task j's seed: RandomnessPolicy.derive_seed(label.format(j))
 CANARIES_SEARCH_MAX = 10 ** 8     # the canaries search stops here (the ceiling property is verified up to r = 1e8)
 POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
                     "prob_zero", "score_model")
@@ -264,25 +270,34 @@ def _simulate_correct(model: ScoreModel, m: int, rule: GuessRule, sims: int, rng
 
     Scores are i.i.d. given each canary's own bit, so breaking ties by position is as good as a random key.
     """
-    correct = np.empty(sims, dtype=np.int64)
+    included = rng.random((sims, m)) < 0.5
+    scores = model.draw(included, rng)
+    if rule.k_plus and rule.k_minus:     # one ordering, so tied scores never land in both sets
+        order = np.argsort(scores, axis=1, kind="stable")
+        top, bottom = order[:, m - rule.k_plus:], order[:, :rule.k_minus]
+    else:
+        top = np.argpartition(-scores, rule.k_plus - 1, axis=1)[:, :rule.k_plus] if rule.k_plus else None
+        bottom = np.argpartition(scores, rule.k_minus - 1, axis=1)[:, :rule.k_minus] if rule.k_minus else None
+    v = np.zeros(sims, dtype=np.int64)
+    if top is not None:
+        v += np.take_along_axis(included, top, axis=1).sum(axis=1)
+    if bottom is not None:
+        v += (~np.take_along_axis(included, bottom, axis=1)).sum(axis=1)
+    return v
+
+
+def mc_tasks(m: int, sims: int, policy: RandomnessPolicy) -> tuple[tuple[int, int], ...]:
+    """(audits, seed) of each Monte Carlo task: ⌊SIMS_BLOCK_SCORES/m⌋ audits per task (at least 1), the last one
+    shorter; task j's seed is `policy.derive_seed(MC_SEED_LABEL.format(j))` (fresh OS entropy when unseeded)."""
     block = max(1, SIMS_BLOCK_SCORES // m)
-    for start in range(0, sims, block):
-        n = min(block, sims - start)
-        included = rng.random((n, m)) < 0.5
-        scores = model.draw(included, rng)
-        if rule.k_plus and rule.k_minus:     # one ordering, so tied scores never land in both sets
-            order = np.argsort(scores, axis=1, kind="stable")
-            top, bottom = order[:, m - rule.k_plus:], order[:, :rule.k_minus]
-        else:
-            top = np.argpartition(-scores, rule.k_plus - 1, axis=1)[:, :rule.k_plus] if rule.k_plus else None
-            bottom = np.argpartition(scores, rule.k_minus - 1, axis=1)[:, :rule.k_minus] if rule.k_minus else None
-        v = np.zeros(n, dtype=np.int64)
-        if top is not None:
-            v += np.take_along_axis(included, top, axis=1).sum(axis=1)
-        if bottom is not None:
-            v += (~np.take_along_axis(included, bottom, axis=1)).sum(axis=1)
-        correct[start:start + n] = v
-    return correct
+    return tuple((min(block, sims - start), policy.derive_seed(MC_SEED_LABEL.format(j)))
+                 for j, start in enumerate(range(0, sims, block)))
+
+
+def _mc_task(item) -> np.ndarray:
+    """One Monte Carlo task (run by `audits.backends.run_tasks`): correct counts of `n` audits from `seed`."""
+    model, m, rule, n, seed = item
+    return _simulate_correct(model, m, rule, n, np.random.default_rng(seed))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -334,6 +349,8 @@ class PowerReport:
     reference_scores: int
     grid: tuple[GridPoint, ...]
     message: str
+    sims_finished: int = 0
+    execution: dict | None = None      # `audits.backends.TaskRun.to_json()` of the Monte Carlo tasks
 
     @property
     def guesses(self) -> int:
@@ -360,7 +377,8 @@ class PowerReport:
             "eps_nominal": self.eps_nominal, "nominal_certifiable": self.nominal_certifiable,
             "canaries_needed_for_nominal": self.canaries_needed_for_nominal,
             "plan_reaches_nominal": self.plan_reaches_nominal, "search_capped": self.search_capped,
-            "sims": self.sims, "reference_scores": self.reference_scores,
+            "sims": self.sims, "sims_finished": self.sims_finished, "execution": self.execution,
+            "reference_scores": self.reference_scores,
             "randomness": {"seed": self.seed, "seeded": seeded,
                            "note": (f"seeded plan (seed {self.seed}): reproducible" if seeded
                                     else "unseeded plan (OS entropy): not reproducible")},
@@ -384,10 +402,14 @@ class PlanInputs:
     rules: tuple[GuessRule, ...]
     sims: int
     seed: int | None
+    backend: str = "serial"
+    address: str | None = None
+    max_retries: int = DEFAULT_MAX_RETRIES
 
 
 def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200,
-                         seed=None) -> PlanInputs:
+                         seed=None, backend="serial", address=None,
+                         max_retries=DEFAULT_MAX_RETRIES) -> PlanInputs:
     """Check every input of `plan` without doing any work (the CLI calls it before deriving a nominal ε)."""
     m = val.count("m", m)
     delta = _delta(delta)
@@ -395,17 +417,26 @@ def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_gr
     eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
     model = parse_score_model(score_model)
     rules = _parse_k_grid(k_grid, m)
-    return PlanInputs(m, delta, float(confidence), eps_nominal, model, rules, val.count("sims", sims), _seed(seed))
+    sims, seed = val.count("sims", sims), _seed(seed)
+    backend, address, max_retries = check_backend(backend, address, max_retries)
+    return PlanInputs(m, delta, float(confidence), eps_nominal, model, rules, sims, seed, backend, address,
+                      max_retries)
 
 
-def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200, seed=None) -> PowerReport:
-    """Plan a one-run audit with m canaries (module docstring). All inputs are validated before any work."""
+def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200, seed=None, backend="serial",
+         address=None, max_retries=DEFAULT_MAX_RETRIES) -> PowerReport:
+    """Plan a one-run audit with m canaries (module docstring). All inputs are validated before any work.
+
+    `backend`, `address`, `max_retries`: where the Monte Carlo tasks run (`audits.backends.run_tasks`).
+    """
     inputs = validate_plan_inputs(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal,
-                                  score_model=score_model, k_grid=k_grid, sims=sims, seed=seed)
+                                  score_model=score_model, k_grid=k_grid, sims=sims, seed=seed, backend=backend,
+                                  address=address, max_retries=max_retries)
     m, delta, eps_nominal, model, rules, sims, seed = (inputs.m, inputs.delta, inputs.eps_nominal, inputs.model,
                                                         inputs.rules, inputs.sims, inputs.seed)
     p = _significance(confidence)
-    rng = RandomnessPolicy.from_setting(seed).numpy_generator()
+    policy = RandomnessPolicy.from_setting(seed)
+    rng = policy.numpy_generator()
 
     ceil = ceiling(m, delta, confidence)
     ratio, correct = _reference_counts(model, m, rules, rng)
@@ -417,7 +448,12 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
     best = max(range(len(grid)), key=lambda i: (grid[i].eps_lower, -i))
     chosen, point = rules[best], grid[best]
 
-    v_sim = _simulate_correct(model, m, chosen, sims, rng)
+    tasks = [(model, m, chosen, n, task_seed) for n, task_seed in mc_tasks(m, sims, policy)]
+    run = run_tasks(_mc_task, tasks, backend=inputs.backend, address=inputs.address,
+                    max_retries=inputs.max_retries, desc="power Monte Carlo")
+    if not run.finished:
+        raise PrivcheckError(f"no Monte Carlo task finished ({len(tasks)} failed; first: {run.failures[0].error})")
+    v_sim = np.concatenate([run.results[i] for i in run.finished])
     distinct = {int(v): eps_lower(m, chosen.guesses, int(v), delta, p) for v in np.unique(v_sim)}
     eps_sim = np.array([distinct[int(v)] for v in v_sim])
     p10, median, p90 = (float(x) for x in np.quantile(eps_sim, [0.1, 0.5, 0.9]))
@@ -438,7 +474,7 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
         nominal_certifiable=certifiable, canaries_needed_for_nominal=needed, plan_reaches_nominal=reaches,
         mc_median=median, mc_p10=p10, mc_p90=p90, prob_zero=float(np.mean(eps_sim == 0.0)),
         mc_prob_reject_nominal=reject_rate, search_capped=capped, sims=sims, seed=seed,
-        reference_scores=ratio * m, grid=tuple(grid))
+        reference_scores=ratio * m, grid=tuple(grid), sims_finished=int(v_sim.size), execution=run.to_json())
     return PowerReport(**report, message=_message(report, p))
 
 
@@ -448,6 +484,9 @@ def _message(r: dict, p: float) -> str:
             f"(all {r['ceiling_guesses']} guesses correct); planned bound {r['planned_eps_lower']:.4f} with "
             f"k* = {r['k_plus'] + r['k_minus']} guesses (k+ = {r['k_plus']}, k- = {r['k_minus']}) under "
             f"{r['score_model']}.")
+    if r["sims_finished"] < r["sims"]:        # failed tasks are reported, never silently dropped
+        head += (f" Monte Carlo over the {r['sims_finished']} of {r['sims']} simulated audits that finished "
+                 f"({len(r['execution']['failed'])} tasks failed).")
     eps = r["eps_nominal"]
     if eps is None:
         return head + " No nominal ε given."

@@ -2,7 +2,8 @@
 
 The one CLI home of the package. Commands: `one-run` (from counts, or `--scores FILE`: a scores file of
 `audits.scores_file`), `clopper-pearson`, `gdp`, `fdp-one-run` (here), `power`
-(`audits.cli.power`), `selection` and `dp-grpo` (registered from `audits.cli.selection` and `audits.cli.dpgrpo`).
+(`audits.cli.power`), `multi-run` (`audits.cli.multirun`), `selection` and `dp-grpo` (registered from
+`audits.cli.selection` and `audits.cli.dpgrpo`).
 Each audit command prints a table, or with `--json` one JSON object: the audit report with the command's headline
 keys copied to the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed
 artifact DIR/audit.json; inputs are validated before anything is written, and bad input exits with code 2.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from privcheck.cli_args import integer, number
 
-__all__ = ["cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "register"]
+__all__ = ["cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report", "register"]
 
 
 def register(verbs: dict, common) -> None:
@@ -63,9 +64,11 @@ def register(verbs: dict, common) -> None:
     f.set_defaults(func=cmd_fdp_one_run)
 
     from audits.cli.dpgrpo import add_dpgrpo_parser
+    from audits.cli.multirun import add_multirun_parser
     from audits.cli.power import add_power_parser
     from audits.cli.selection import add_selection_parser
     add_power_parser(audit, common)
+    add_multirun_parser(audit, common)
     add_selection_parser(audit, common)
     add_dpgrpo_parser(audit, common)
 
@@ -92,7 +95,7 @@ def _out(p) -> None:
     p.add_argument("--out", default=None, help="directory for the sealed artifact audit.json (optional)")
 
 
-def _emit(args, rep, rows) -> int:
+def emit_report(args, rep, rows) -> int:
     """Print the report (+ headline keys); with --out, write the sealed artifact first and print it."""
     from audits.report import audit_document, write_audit
     from privcheck.cli import emit
@@ -157,7 +160,7 @@ def cmd_one_run(args) -> int:
     rows += _ceiling_rows(rep)
     if r["search_capped"]:
         rows.append(("search_capped", True))
-    return _emit(args, rep, rows)
+    return emit_report(args, rep, rows)
 
 
 def _one_run_scores(args) -> int:
@@ -178,7 +181,7 @@ def _one_run_scores(args) -> int:
     rows += _ceiling_rows(rep) + [("auroc (diagnostic)", rep.diagnostics["auroc"])]
     if r["search_capped"]:
         rows.append(("search_capped", True))
-    return _emit(args, rep, rows)
+    return emit_report(args, rep, rows)
 
 
 def cmd_clopper_pearson(args) -> int:
@@ -195,7 +198,7 @@ def cmd_clopper_pearson(args) -> int:
             ("direction", r["direction"] or "none"), ("confidence", args.confidence), ("delta", args.delta)]
     if args.epsilon_nominal is not None:
         rows.append(("rejects_nominal", r["rejects_nominal"]))
-    return _emit(args, rep, rows + _ceiling_rows(rep))
+    return emit_report(args, rep, rows + _ceiling_rows(rep))
 
 
 def _gdp_rows(rep) -> list:
@@ -213,7 +216,8 @@ def cmd_gdp(args) -> int:
         check_out_dir(args.out)
     rep = from_rates(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
                      confidence=args.confidence, n_hypotheses=args.hypotheses)
-    return _emit(args, rep, _gdp_rows(rep) + [("FPR_up", rep.result["fpr_up"]), ("FNR_up", rep.result["fnr_up"])])
+    return emit_report(args, rep, _gdp_rows(rep) + [("FPR_up", rep.result["fpr_up"]),
+                                                    ("FNR_up", rep.result["fnr_up"])])
 
 
 def cmd_fdp_one_run(args) -> int:
@@ -223,4 +227,4 @@ def cmd_fdp_one_run(args) -> int:
     if args.out is not None:
         check_out_dir(args.out)
     rep = fdp_one_run(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence)
-    return _emit(args, rep, _gdp_rows(rep))
+    return emit_report(args, rep, _gdp_rows(rep))

@@ -6,6 +6,8 @@
 
 Exit status: 0 when every run completed, 1 when the wall-clock guard stopped one (status "incomplete"),
 2 on bad input (raised as `InvalidParameter` before anything is written; printed by `privcheck.cli.main`).
+Under `torchrun` or `accelerate launch` every rank runs the command (docs/scaling.md); rank 0 writes DIR and
+prints the summary, every rank returns the same status, and bad input exits 2 on every rank.
 torch and the trainer are imported lazily by the handler, so `privcheck --help` stays fast.
 """
 
@@ -53,6 +55,8 @@ def cmd_run_dpgrpo(args) -> int:
                          model_path=args.model, time_limit_s=args.time_limit_s, device=args.device,
                          reduced=args.reduced, overrides=overrides, skip_verification=args.skip_verification,
                          measure_timing=not args.no_timing)
+    if outcome.compare is None:                # rank r > 0 of a launched run: rank 0 writes and reports
+        return 0 if outcome.status == "complete" else 1
     cmp = outcome.compare
     runs = [{"arm": r["arm"], "replicate": r["replicate"], "status": r["status"], "before": r["before"],
              "after": r["after"], "privacy_release": r["privacy_release"], "artifact": r["path"]}

@@ -9,9 +9,10 @@ Privacy parameters and training settings are kept apart. The privacy parameters 
 q = m/n, T, σ, C, δ, the target ε and the calibration) are bound into `config.plan`, a
 `privcheck.accounting.DPGRPOPlan`, whose ε is always computed from its own event
 (`PoissonGaussianEvent(q, σ, T)`, add/remove one prompt group); everything else (group size, sampling
-temperature, LoRA shape, optimizer, chunking, rollout mode, precision, randomness, arm) is a training or
-performance setting that the guarantee does not depend on (`training_settings()`). The non-private arm and check
-mode (σ = 0) have no plan: `config.plan is None` and nothing is claimed.
+temperature, LoRA shape, optimizer, chunking, records per gradient pass (`gradient_batch`), rollout mode,
+precision, randomness, arm) is a training or performance setting that the guarantee does not depend on
+(`training_settings()`). The non-private arm and check mode (σ = 0) have no plan: `config.plan is None` and
+nothing is claimed.
 
 `calibration` is either None or the `privcheck.accounting.Calibration` of this very plan (same event and δ);
 anything else (a mapping carrying an ε, a calibration for other parameters) is refused with
@@ -89,6 +90,7 @@ class DPGRPOConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     chunk_size: int | None = None
+    gradient_batch: int = 1
     rollout_mode: str = "isolated"
     precision: str = "float32"
     randomness: str | int = "os_entropy"
@@ -160,6 +162,7 @@ class DPGRPOConfig:
         s(self, "weight_decay", val.nonnegative("weight_decay", self.weight_decay))
         if self.chunk_size is not None:
             s(self, "chunk_size", val.count("chunk_size", self.chunk_size))
+        s(self, "gradient_batch", val.count("gradient_batch", self.gradient_batch))
         if self.rollout_mode not in ROLLOUT_MODES:
             raise InvalidParameter("rollout_mode", self.rollout_mode, f"one of {ROLLOUT_MODES}")
         if self.precision not in PRECISIONS:

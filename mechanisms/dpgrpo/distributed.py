@@ -15,6 +15,8 @@ What runs where (docs/scaling.md):
   — the single draw needs no such argument.
 - *Private telemetry.* The per-record norms and dicts (and the canary diagnostics) are gathered to every rank
   in batch order, so telemetry and audit logs read as in a single process.
+- *Wire.* NCCL moves only CUDA tensors: the coins, the rollout generator state and every other CPU tensor travel
+  through the current CUDA device under NCCL (`wire_device`), and through the CPU under gloo.
 
 With the same seeds the parameters equal the single-process run up to the order of one floating-point sum
 (tested to 1e-12 relative). LoRA dropout draws per-record masks from the rollout stream in batch order, which a
@@ -29,7 +31,8 @@ import torch.distributed as dist
 from mechanisms.dpgrpo.trainer import DPTrainer
 from privcheck.errors import InvalidParameter
 
-__all__ = ["DistributedDPTrainer", "world"]
+__all__ = ["DistributedDPTrainer", "broadcast_from_rank0", "broadcast_module", "broadcast_object_from_rank0",
+           "rank0_decides", "wire_device", "world"]
 
 _GATHERED_LISTS = ("pre_clip_norms", "records")
 _GATHERED_COUNTS = ("clipped", "nonfinite")
@@ -43,6 +46,46 @@ def world(group=None) -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
+def wire_device(group=None) -> torch.device:
+    """Where a collective's tensors must live: the current CUDA device under NCCL, the CPU otherwise."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _src(group) -> int:
+    return dist.get_global_rank(group, 0) if group is not None else 0
+
+
+def broadcast_from_rank0(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """Rank 0's `tensor` on every rank (same shape, dtype and device as the caller's; bool travels as uint8)."""
+    wire = tensor.to(device=wire_device(group), dtype=torch.uint8 if tensor.dtype == torch.bool else tensor.dtype)
+    wire = wire.contiguous()
+    dist.broadcast(wire, src=_src(group), group=group)
+    return wire.to(device=tensor.device, dtype=tensor.dtype)
+
+
+def broadcast_module(module, group=None) -> None:
+    """Copy rank 0's parameters and buffers into `module` on every rank, in place: the distributed trainer needs
+    the same weights everywhere, and independent builds agree bit for bit only where the kernels are
+    deterministic (not guaranteed across GPUs)."""
+    with torch.no_grad():
+        for t in [*module.parameters(), *module.buffers()]:
+            t.copy_(broadcast_from_rank0(t.detach(), group))
+
+
+def broadcast_object_from_rank0(obj, group=None):
+    """Rank 0's picklable `obj` on every rank (the others pass anything, say None)."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=_src(group), group=group)
+    return box[0]
+
+
+def rank0_decides(flag: bool, group=None) -> bool:
+    """Rank 0's `flag` on every rank (a decision, such as the wall-clock guard's, that all ranks must share)."""
+    return bool(broadcast_from_rank0(torch.tensor([bool(flag)]), group).item())
+
+
 class DistributedDPTrainer(DPTrainer):
     """`DPTrainer` whose step shares the per-record gradients across the ranks of `group` (module docstring).
 
@@ -52,22 +95,18 @@ class DistributedDPTrainer(DPTrainer):
     def __init__(self, *args, group=None, **kwargs):
         self.rank, self.world_size = world(group)
         self.group = group
-        self._src = dist.get_global_rank(group, 0) if group is not None else 0
+        self.backend = dist.get_backend(group)
         super().__init__(*args, **kwargs)
         if self.config.lora_dropout != 0:
             raise InvalidParameter("config.lora_dropout", self.config.lora_dropout,
                                    "0 with DistributedDPTrainer (per-record dropout masks follow batch order)")
-        state = self.randomness.rollout_state()
-        dist.broadcast(state, src=self._src, group=group)      # one rollout stream on every rank
-        self.randomness.set_rollout_state(state)
-        self.backend = dist.get_backend(group)
+        # one rollout stream on every rank
+        self.randomness.set_rollout_state(broadcast_from_rank0(self.randomness.rollout_state(), group))
 
     def sample_coins(self) -> torch.Tensor:
         """Line 2 on rank 0, broadcast: every rank samples the same batch."""
         coins = super().sample_coins() if self.rank == 0 else torch.empty(self.n_slots, dtype=torch.bool)
-        wire = coins.to(torch.uint8)
-        dist.broadcast(wire, src=self._src, group=self.group)
-        return wire.to(torch.bool)
+        return broadcast_from_rank0(coins, self.group)
 
     def clipped_sum(self, items) -> torch.Tensor:
         """Σ_i ḡ_i over all ranks: this rank's share (positions rank, rank + W, ...), then one all-reduce."""
@@ -114,5 +153,16 @@ class DistributedDPTrainer(DPTrainer):
     def privatize(self, S) -> torch.Tensor:
         """Line 8 on rank 0 only (its private noise generator draws once), ĝ broadcast to every rank."""
         g_hat = super().privatize(S) if self.rank == 0 else torch.empty_like(S)
-        dist.broadcast(g_hat, src=self._src, group=self.group)
-        return g_hat
+        return broadcast_from_rank0(g_hat, self.group)
+
+    def gather_by_slot(self, local: dict) -> dict:
+        """Every rank's `{slot: value}` merged, on every rank (a collective: all ranks call it). Each record of a
+        batch is computed on one rank; an observer of per-record values (the whole-step `per_record`,
+        mechanisms/dpgrpo/whole_step.py) sees them all this way. Tensors travel through the CPU."""
+        local = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in local.items()}
+        parts = [None] * self.world_size
+        dist.all_gather_object(parts, local, group=self.group)
+        merged = {}
+        for part in parts:
+            merged.update(part)
+        return merged

@@ -33,7 +33,8 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["POLICIES", "BatchedHF", "IsolatedHF", "Replay", "decode_completion", "encode_prompt", "encode_target",
-           "eos_id", "left_pad", "make_group", "pad_id", "plain_lora_layers", "policy_scope", "token_logprobs"]
+           "eos_id", "left_pad", "make_group", "pad_id", "plain_lora_layers", "policy_scope", "row_logprobs",
+           "token_logprobs"]
 
 POLICIES = ("current", "reference")
 
@@ -106,9 +107,21 @@ def token_logprobs(model, prompt_ids, completion_ids) -> torch.Tensor:
     if not isinstance(completion_ids, torch.Tensor) or completion_ids.dim() != 2:
         raise InvalidParameter("completion_ids", getattr(completion_ids, "shape", completion_ids),
                                "a LongTensor[R, L]")
-    R, L = completion_ids.shape
-    device = prompt_ids.device
-    full = torch.cat([prompt_ids[None, :].expand(R, -1), completion_ids.to(device)], dim=1)
+    return row_logprobs(model, prompt_ids[None, :].expand(completion_ids.shape[0], -1), completion_ids)
+
+
+def row_logprobs(model, prompt_rows, completion_ids) -> torch.Tensor:
+    """`token_logprobs` with one prompt per row: `prompt_rows` [R, P] (equal lengths, no padding) before
+    `completion_ids` [R, L]. Returns Tensor[R, L] (differentiable)."""
+    if not isinstance(prompt_rows, torch.Tensor) or prompt_rows.dim() != 2:
+        raise InvalidParameter("prompt_rows", getattr(prompt_rows, "shape", prompt_rows), "a LongTensor[R, P]")
+    if not isinstance(completion_ids, torch.Tensor) or completion_ids.dim() != 2 \
+            or completion_ids.shape[0] != prompt_rows.shape[0]:
+        raise InvalidParameter("completion_ids", getattr(completion_ids, "shape", completion_ids),
+                               f"a LongTensor[{prompt_rows.shape[0]}, L] (one row per prompt row)")
+    L = completion_ids.shape[1]
+    device = prompt_rows.device
+    full = torch.cat([prompt_rows, completion_ids.to(device)], dim=1)
     # use_cache=False: a scoring pass needs no KV cache (building it is pure overhead)
     out = model(input_ids=full, attention_mask=torch.ones_like(full), logits_to_keep=L + 1, use_cache=False)
     logits = out.logits[:, -(L + 1):-1, :]

@@ -16,6 +16,10 @@ Guarantees:
 * Public telemetry holds only functions of ĝ_t, the released weights and public inputs; evaluations use
   public prompts and a dedicated evaluation seed (`evaluation.Evaluator`).
 * ε is never computed here: every private arm's privacy entry comes from its config's privacy plan.
+* Under a launcher (`torchrun`, `accelerate launch`; `launch.detect_launch`) every rank runs the same program on
+  the same inputs with `DistributedDPTrainer` (gloo on CPU, NCCL on CUDA; docs/scaling.md), and only rank 0
+  writes DIR; rank 0 runs the verification suite once and hands its block to the others. A plain process
+  runs as before.
 
 Assumptions: torch, transformers and peft are installed (the `train` extra); matplotlib for the plots.
 """
@@ -43,10 +47,10 @@ COMPARE_NAME = "compare.json"
 @dataclass
 class RunOutcome:
     status: str
-    artifacts: list            # (path, sealed run document)
-    compare_path: Path
-    compare: dict
-    report_path: Path
+    artifacts: list            # (path, sealed run document); empty on the ranks that do not write
+    compare_path: Path | None  # None on the ranks that do not write (every rank of a launched run but 0)
+    compare: dict | None
+    report_path: Path | None
 
 
 @contextlib.contextmanager
@@ -80,28 +84,39 @@ def verification_block(setup: RunSetup) -> dict:
     return {"status": status, "suite": suite.name, "float64": jsonable(float64), "preflight": jsonable(by_precision)}
 
 
+def _shared_verification(setup: RunSetup) -> dict:
+    """`verification_block` in a plain process; under a launcher rank 0 runs it and every rank gets its block."""
+    if setup.launch is None:
+        return verification_block(setup)
+    from mechanisms.dpgrpo.distributed import broadcast_object_from_rank0
+    return broadcast_object_from_rank0(verification_block(setup) if setup.writer else None)
+
+
 def _jsonl(lines) -> bytes:
     return "".join(json.dumps(jsonable(x), sort_keys=True, allow_nan=False) + "\n" for x in lines).encode()
 
 
 def run_dpgrpo(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=None, model_path=None,
                time_limit_s=None, device=None, reduced=False, verifier=None, public_examples=None, overrides=None,
-               q=None, skip_verification=False, measure_timing=True, progress=True) -> RunOutcome:
+               q=None, skip_verification=False, measure_timing=True, progress=True, launch="auto") -> RunOutcome:
     """Run `preset` end to end and write DIR (see the module docstring). Returns a `RunOutcome`.
 
     `seeds=[0, 1, 2]` or `seed=S`: seeded replicates (reproducible, never a privacy release); neither: one
-    OS-entropy run. `overrides`: public preset knobs (`run_setup.OVERRIDABLE`), `q` sets m = q·n."""
+    OS-entropy run. `overrides`: public preset knobs (`run_setup.OVERRIDABLE`), `q` sets m = q·n. `launch`:
+    "auto" (the launcher's environment, if any), None (a plain process) or a `launch.Launch`."""
     from mechanisms.dpgrpo.evaluation import Evaluator
+    from mechanisms.dpgrpo.launch import process_group
     from privcheck.artifacts import ArtifactDirectory
 
     setup = setup_run(preset, out=out, arms=arms, seeds=seeds, seed=seed, model_path=model_path,
                       time_limit_s=time_limit_s, device=device, reduced=reduced, verifier=verifier,
                       public_examples=public_examples, overrides=overrides, q=q,
-                      skip_verification=skip_verification, measure_timing=measure_timing, progress=progress)
+                      skip_verification=skip_verification, measure_timing=measure_timing, progress=progress,
+                      launch=launch)
     p = setup.preset
-    with torch_threads(p.cpu_threads if setup.device == "cpu" else None):
+    with process_group(setup.launch, setup.device), torch_threads(p.cpu_threads if setup.device == "cpu" else None):
         clock = Clock(setup.deadline_s)
-        setup.verification = verification_block(setup)
+        setup.verification = _shared_verification(setup)
         outcomes = []
         for label, s in setup.replicates:
             evaluator = Evaluator(task_tokenizer(setup), setup.verifier, eval_prompts(p), samples=p.eval_samples,
@@ -109,6 +124,10 @@ def run_dpgrpo(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=No
                                   seed=None if s is None else s + p.eval_seed_offset)
             for arm in setup.arms:
                 outcomes.append((arm, label, run_arm(setup, arm, label, s, evaluator, clock)))
+    if not setup.writer:                     # rank r > 0 of a launched run: rank 0 writes DIR
+        done = all(oc.doc["status"] == "complete" for _, _, oc in outcomes)
+        return RunOutcome(status="complete" if done else "incomplete", artifacts=[], compare_path=None,
+                          compare=None, report_path=None)
 
     entries = []
     with ArtifactDirectory(setup.out) as staging:

@@ -5,6 +5,10 @@ round time on public prompts; return the unsealed run document with its private 
 
 The wall-clock guard (`Clock`) stops before a round that would pass the invocation's time limit; the run is
 then `incomplete` (and never a privacy release), while the accounting still covers the planned T.
+
+Under a launcher (`setup.launch`) the trainer is `DistributedDPTrainer` (docs/scaling.md): rank 0's weights are
+broadcast after the public pretraining, so every rank starts from the same π_ref and LoRA, and rank 0's
+guard decides for all ranks, so they stop at the same round.
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ def _progress(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, file=sys.stderr, disable=not enabled or not sys.stderr.isatty())
 
 
+def _not_evaluated(model) -> None:
+    return None
+
+
 def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, clock: Clock) -> ArmOutcome:
     import torch
 
@@ -81,6 +89,10 @@ def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, 
     from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.trainer import DPTrainer
 
+    trainer_cls, agree = DPTrainer, bool
+    if setup.launch is not None:
+        from mechanisms.dpgrpo.distributed import DistributedDPTrainer, broadcast_module, rank0_decides
+        trainer_cls, agree = DistributedDPTrainer, rank0_decides
     p = setup.preset
     config = setup.configs[(arm, label)]
     t_start = time.perf_counter()
@@ -92,11 +104,15 @@ def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, 
                                batch=p.pretrain_batch, seed=p.pretrain_seed + s, max_prompt_len=p.max_prompt_len,
                                L_max=p.L_max)
     pretrain_s = time.perf_counter() - t0
+    if setup.launch is not None:
+        broadcast_module(built.model)          # one π_ref and one LoRA initialisation on every rank
     base_sha = tensor_sha256([(k, t) for k, t in built.model.named_parameters() if "lora_" not in k])
     if built.base_model["kind"] == "config":
         built.base_model["sha256"] = base_sha          # π_ref: the base after public pretraining
     elif pretrain["steps"] > 0:
         built.base_model["pretrained_weights_sha256"] = base_sha
+    if not setup.writer:       # rank r > 0 of a launched run: rank 0 evaluates and records the released weights
+        evaluator = _not_evaluated
     eval_s = 0.0
     t0 = time.perf_counter()
     before = evaluator(built.model)
@@ -105,13 +121,13 @@ def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, 
 
     # Only now are private records read (after the public pretraining and the initial evaluation).
     universe = SlotUniverse(p.n, torch.ones(p.n, dtype=torch.bool), private_records(p))
-    trainer = DPTrainer(built.model, built.tokenizer, universe, config, setup.verifier,
-                        public_examples=setup.public_examples)
+    trainer = trainer_cls(built.model, built.tokenizer, universe, config, setup.verifier,
+                          public_examples=setup.public_examples)
     round_s: list[float] = []
     stop_reason = None
     bar = _progress(config.T, f"dp-grpo[{arm}, {label}]", setup.progress)
     for t in range(1, config.T + 1):
-        if clock.would_overrun(max(round_s) if round_s else 0.0):
+        if agree(clock.would_overrun(max(round_s) if round_s else 0.0)):
             stop_reason = (f"wall-clock guard: {clock.elapsed():.1f} s spent (+ {max(round_s or [0]):.1f} s for a "
                            f"round) would pass time_limit_s = {clock.limit:g}; {t - 1}/{config.T} rounds done")
             break
@@ -133,7 +149,7 @@ def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, 
         eval_s += time.perf_counter() - t0
     public_telemetry = [dict(e) for e in trainer.public_telemetry]
     private = [dict(e, wall_s=w) for e, w in zip(trainer.private_telemetry, round_s)]
-    lora_bytes = _lora_safetensors(built.model)
+    lora_bytes = _lora_safetensors(built.model) if setup.writer else b""
     peak = {}
     if setup.device == "cuda":
         peak = {"cuda_max_memory_allocated_bytes": int(torch.cuda.max_memory_allocated())}
@@ -141,13 +157,18 @@ def run_arm(setup: RunSetup, arm: str, label: str, seed: int | None, evaluator, 
     generation_modes = None
     if setup.measure_timing and rounds == config.T:
         ratio, ratio_note = _measure_ratio(trainer, eval_prompts(p)[:max(1, round(config.m))])
-        if config.rollout_mode == "batched":   # isolated versus batched generation on 4 public prompts
+        if ratio is not None and setup.launch is not None:
+            ratio_note = (f"private path on {trainer.world_size} ranks ({trainer.backend}), measured on rank 0; "
+                          "non-private path on one rank")
+        if config.rollout_mode == "batched" and setup.writer:   # isolated vs batched generation, 4 public prompts
             from mechanisms.dpgrpo.timing import time_generation_modes
             generation_modes = _ratio_detail(time_generation_modes(built.model, built.tokenizer,
                                                                    eval_prompts(p)[:4], config))
     total_s = time.perf_counter() - t_start
 
     status = "complete" if rounds == config.T else "incomplete"
+    if not setup.writer:
+        return ArmOutcome({"status": status}, private, b"", curve, [])
     doc = run_document(setup, arm, label, config, built, trainer, pretrain, lora_init_sha, public_telemetry, curve,
                        evaluator, status, stop_reason,
                        timing={"covered_by_guarantee": False, "total_s": total_s,

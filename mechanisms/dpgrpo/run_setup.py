@@ -5,6 +5,10 @@
 calibration of σ (through `privcheck.accounting.calibrate`, cached per configuration) when the preset does not
 carry a precomputed σ. The privacy parameters of every private arm are the plan of its config
 (`config.plan`, docs/dpgrpo.md, "Privacy plan"); the non-private reference arm has no plan.
+
+Under a launcher (`torchrun`, `accelerate launch`: `launch.detect_launch`) the setup carries the rank's `Launch`,
+and `launch.check_launch` refuses what a distributed run cannot honour; the configs (and so the plans and ε) are
+the same as in a single process (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mechanisms.dpgrpo.config import ARMS, NONPRIVATE_ARM, DPGRPOConfig
+from mechanisms.dpgrpo.launch import Launch, check_launch, detect_launch
 from mechanisms.dpgrpo.presets import Preset, config_for, first_token_even, get_preset, parity_public_examples
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
@@ -50,6 +55,12 @@ class RunSetup:
     rollout_note: str | None = None
     verification: dict | None = None              # filled once per invocation by `run.verification_block`
     tokenizer: object = None                      # loaded once per invocation by `run_inputs.task_tokenizer`
+    launch: Launch | None = None                  # this rank of a launched run; None in a plain process
+
+    @property
+    def writer(self) -> bool:
+        """Whether this process writes the run directory (a plain process, or rank 0 of a launched run)."""
+        return self.launch is None or self.launch.writer
 
 
 def _parse_arms(arms) -> tuple:
@@ -124,8 +135,14 @@ def _effective_rollout_mode(preset: Preset) -> tuple[str, str | None]:
 
 def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=None, model_path=None,
               time_limit_s=None, device=None, reduced=False, verifier=None, public_examples=None, overrides=None,
-              q=None, skip_verification=False, measure_timing=True, progress=True) -> RunSetup:
-    """Validate every input (raising `InvalidParameter` naming it) and calibrate σ; touches no file."""
+              q=None, skip_verification=False, measure_timing=True, progress=True, launch="auto") -> RunSetup:
+    """Validate every input (raising `InvalidParameter` naming it) and calibrate σ; touches no file.
+
+    `launch`: "auto" reads the launcher's environment (`detect_launch`), None forces a plain process, or a
+    `Launch`."""
+    launch = detect_launch() if isinstance(launch, str) and launch == "auto" else launch
+    if launch is not None and not isinstance(launch, Launch):
+        raise InvalidParameter("launch", launch, "'auto', None or a Launch")
     p = preset if isinstance(preset, Preset) else get_preset(preset, reduced=reduced)
     if isinstance(preset, Preset) and reduced:
         p = p.reduced()
@@ -177,11 +194,12 @@ def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=Non
                         ("progress", progress)):
         if not isinstance(value, bool):
             raise InvalidParameter(flag, value, "a bool")
+    check_launch(launch, device, [p])      # before σ is calibrated; every config takes the preset's lora_dropout
     mode, note = _effective_rollout_mode(p)
     setup = RunSetup(preset=p, arms=arms, replicates=replicates, out=out, device=device, verifier=verifier,
                      public_examples=examples, model_path=model_path, deadline_s=time_limit_s,
-                     skip_verification=skip_verification, measure_timing=measure_timing, progress=progress,
-                     rollout_note=note)
+                     skip_verification=skip_verification, measure_timing=measure_timing,
+                     progress=progress and (launch is None or launch.writer), rollout_note=note, launch=launch)
     for arm in arms:
         for label, s in replicates:
             setup.configs[(arm, label)] = arm_config(p, arm, "os_entropy" if s is None else s, mode)

@@ -7,6 +7,8 @@
     rollouts(model, recs, p)  line 4  the backend (IsolatedHF / Replay), rollout generator
     score(recs, groups)       line 5  verifier; exception / output ∉ {0,1} → reward 0 (counted privately)
     record_gradient(rec, grp) line 6  the arm's RecordGradient (flat, unclipped)
+    record_gradients(items)   line 6  per item; with config.gradient_batch > 1, equal-shape buckets from one
+                                      forward/backward each (batched_grads; bit-identical to record_gradient)
     contributions(items)      line 7  clip_flat once per record, after all chunks
     clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
     privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
@@ -44,7 +46,7 @@ import sys
 
 import torch
 
-from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo import batched_grads, core
 from mechanisms.dpgrpo import rollouts as rollout_backends
 from mechanisms.dpgrpo.audit_hooks import AuditHooks
 from mechanisms.dpgrpo.config import DPGRPOConfig
@@ -142,6 +144,13 @@ class DPTrainer:
         self.ctx = StepContext(model=model, space=self.space, tokenizer=tokenizer, chunk_size=config.chunk_size,
                                beta=config.beta, c=config.c, max_prompt_len=config.max_prompt_len,
                                L_max=config.L_max, logprobs=token_logprobs)
+        self.grad_sampler = None
+        if config.gradient_batch > 1:       # refused here, before any record is read, if the model cannot batch
+            if not batched_grads.supports(self.arm):
+                raise InvalidParameter("gradient_batch", config.gradient_batch,
+                                       f"1 for the arm {getattr(self.arm, 'name', self.arm)!r} (batched per-record "
+                                       "gradients cover the GRPO family)")
+            self.grad_sampler = batched_grads.LoraGradSampler(model, self.space)
         if config.optimizer == "adamw":
             self.optimizer = torch.optim.AdamW(self.space.params, lr=config.lr, betas=config.betas, eps=config.eps,
                                                weight_decay=config.weight_decay)
@@ -287,6 +296,19 @@ class DPTrainer:
         self.scratch["records"].append(rg.private)
         return rg.grad
 
+    def record_gradients(self, items) -> list[torch.Tensor]:
+        """Line 6 for every item, in order: `record_gradient` per item (gradient_batch = 1, the reference path),
+        or equal-shape buckets of up to `gradient_batch` records, each from one forward and one backward
+        (`batched_grads`, bit-identical to the per-item path). Private dicts kept privately, in item order."""
+        pairs = [self.unpack(item) for item in items]
+        if self.grad_sampler is None:
+            return [self.record_gradient(*pair) for pair in pairs]
+        with self._dropout_scope():
+            rgs = batched_grads.batched_record_grads(self.ctx, self.arm, self.grad_sampler, pairs,
+                                                     max_records=self.config.gradient_batch)
+        self.scratch["records"].extend(rg.private for rg in rgs)
+        return [rg.grad for rg in rgs]
+
     def record_loss_and_grad(self, record, group=None, chunk_size=None) -> tuple[float, torch.Tensor]:
         kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
         with self._dropout_scope():
@@ -317,9 +339,8 @@ class DPTrainer:
             raise InvalidParameter("slots", len(slots), f"one slot index per item ({len(items)})")
         hooks = self.audit_hooks
         out = []
-        for k, item in enumerate(items):
+        for k, g in enumerate(self.record_gradients(items)):
             canary = slots is not None and self.universe.is_canary(slots[k])
-            g = self.record_gradient(*self.unpack(item))
             if hooks is not None and hooks.mask_reserved_for_real_records and not canary:
                 g = hooks.mask(g)
             with torch.no_grad():

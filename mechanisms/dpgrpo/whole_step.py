@@ -15,7 +15,9 @@ the same noise; Replay rollouts are deterministic), and returns a `StepRun` whos
 - `sampled` = the slots of the round's batch, captured by wrapping this universe instance's `batch` (line 3);
 - `per_record` = slot -> {"scores": the record's rewards, "clipped": its clipped contribution, "loss", "kl"},
   captured by wrapping this trainer instance's `score` and `contributions` (lines 5 and 7) and read from its
-  private telemetry.
+  private telemetry. A `DistributedDPTrainer` computes each record's contribution on one rank: `per_record`
+  collects them from every rank (`gather_by_slot`, a collective; every rank runs the same checks in the same
+  order, so every rank calls it).
 
 Cheap by design: 2 base records + 1 addition, q = 2/3 (m = 2 of 3 slots, divisor 2), G = 4, L_max = 6, AdamW;
 C = 0.2 is below every record's gradient norm on the fixture (0.3–0.7), so every contribution is clipped and
@@ -100,7 +102,9 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
 
         def contributions(items, **kw):
             out = trainer_contributions(items, **kw)
-            seen["clipped"] = [v.detach().clone() for v in out]
+            # slot -> clipped contribution; a distributed trainer passes the slots of this rank's share
+            slots = kw["slots"] if kw.get("slots") is not None else seen["batch"] or []
+            seen["clipped"] = dict(zip(slots, (v.detach().clone() for v in out), strict=True))
             return out
 
         universe.batch, trainer.score, trainer.contributions = batch, score, contributions
@@ -112,10 +116,14 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
             slots = seen["batch"] or []
             if not slots:
                 return {}
+            clipped = seen["clipped"] or {}
+            gather = getattr(trainer, "gather_by_slot", None)
+            if gather is not None:             # each rank computed its share: collect every rank's (a collective)
+                clipped = gather(clipped)
             private = trainer.private_telemetry[-1]["records"]
             out = {}
             for k, slot in enumerate(slots):
-                entry = {"scores": seen["scores"][k], "clipped": seen["clipped"][k]}
+                entry = {"scores": seen["scores"][k], "clipped": clipped[slot]}
                 if k < len(private):
                     entry.update({key: private[k][key] for key in ("loss", "kl") if key in private[k]})
                 out[slot] = entry

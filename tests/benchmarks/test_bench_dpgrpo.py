@@ -50,6 +50,17 @@ def setup():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(scope="module")
+def batched(setup):
+    """The same trainer with `gradient_batch = 16`: per-record gradients of equal-shape buckets from one forward
+    and one backward (mechanisms/dpgrpo/batched_grads.py)."""
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    trainer, public = setup
+    cfg = trainer.config.replace(gradient_batch=PUBLIC_PROMPTS)
+    return DPTrainer(trainer.model, trainer.tokenizer, trainer.universe, cfg, trainer.verifier), public
+
+
 def _size(benchmark):
     """(records, repeats): the benchmark batch when benchmarking, a 4-prompt smoke run otherwise."""
     return (4, 1) if benchmark.disabled else (PUBLIC_PROMPTS, 5)
@@ -72,6 +83,65 @@ def test_bench_private_over_nonprivate_round(benchmark, setup, capsys):
     benchmark.extra_info.update(out)
     benchmark.extra_info["torch_threads"] = torch.get_num_threads()
     _report(capsys, "private/non-private", out)
+
+
+@pytest.mark.parametrize("fixture", ["qwen2_float32", "gpt2_float64"])
+def test_bench_batched_private_over_nonprivate(benchmark, batched, capsys, fixture):
+    """Private gradient phase and round with batched per-record gradients / the non-private GRPO update, on the
+    16-record float32 batch (tiny Qwen2) and on the float64 reference fixture (tiny GPT-2, Replay rollouts);
+    project target ≤ 1.10 for the gradient phase. Before timing, the batched contributions are compared with the
+    isolated ones (bit for bit)."""
+    from mechanisms.dpgrpo.timing import measure_private_over_nonprivate
+    from mechanisms.dpgrpo.trainer import DPTrainer
+    from mechanisms.dpgrpo.verify import reference_setup
+
+    if fixture == "qwen2_float32":
+        trainer, public = batched
+    else:
+        trainer, _ = reference_setup(0, gradient_batch=PUBLIC_PROMPTS)
+        public = [trainer.universe.record(i) for i in range(trainer.universe.n_real)]
+    k, repeats = _size(benchmark)
+    records = public[:k]
+    groups = trainer.score(records, trainer.rollouts(trainer.model, records, "current"))
+    items = list(zip(records, groups))
+    isolated = trainer.config.replace(gradient_batch=1)
+    reference = DPTrainer(trainer.model, trainer.tokenizer, trainer.universe, isolated, trainer.verifier,
+                          rollout_backend=trainer.rollout_backend)
+    assert all(torch.equal(a, b) for a, b in zip(trainer.contributions(items), reference.contributions(items)))
+    out = benchmark.pedantic(measure_private_over_nonprivate, args=(trainer, records),
+                             kwargs={"repeats": repeats, "warmup": not benchmark.disabled}, rounds=1, iterations=1)
+    assert out["round"] > 0 and out["gradient_phase"] > 0
+    out["fixture"] = fixture
+    if fixture == "qwen2_float32":
+        out.update(_opacus_peer(trainer, records, groups, repeats))
+    benchmark.extra_info.update(out)
+    benchmark.extra_info["torch_threads"] = torch.get_num_threads()
+    _report(capsys, f"batched private/non-private, {fixture}", out)
+
+
+def _opacus_peer(trainer, records, groups, repeats) -> dict:
+    """The peer: Opacus per-sample gradients summed per record (tests/dpgrpo/opacus_peer.py), then the same clip,
+    sum and noise, against the non-private update; medians over `repeats`, interleaved, after one warm-up."""
+    from mechanisms.dpgrpo.timing import nonprivate_grpo_update
+    from tests.dpgrpo.opacus_peer import opacus_record_grads
+
+    def peer():
+        per = opacus_record_grads(trainer.ctx, trainer.arm, list(zip(records, groups)))
+        return trainer.privatize(sum(trainer.clip(v) for v in per))
+
+    def seconds(fn):
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    peer()
+    ours, theirs, base = [], [], []
+    for _ in range(repeats):
+        theirs.append(seconds(peer))
+        ours.append(seconds(lambda: trainer.noisy_update(list(zip(records, groups)))))
+        base.append(seconds(lambda: nonprivate_grpo_update(trainer, records, groups)))
+    return {"opacus_gradient_phase": statistics.median(theirs) / statistics.median(base),
+            "batched_gradient_phase_interleaved": statistics.median(ours) / statistics.median(base)}
 
 
 def test_bench_per_prompt_gradient(benchmark, setup, capsys):

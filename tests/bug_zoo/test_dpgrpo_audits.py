@@ -8,12 +8,13 @@ implementation claims (its plan's ε: the accountant at the public (q, σ, T, δ
 `noise_sigma_only` draws z ~ N(0, σ²I) instead of N(0, σ²C²I): at C = 4 the noise on every coordinate is 4 times
 too small, so each canary's per-step signal-to-noise ratio is 4 times the claimed one. Configuration: ε = 2
 certified at δ = 1/(10·n′), q = 1, T = 4, C = 4, m = 500 canaries, 4 real records. The audit is planned at the
-claimed σ (it does not know the bug): planned 0.66 (Monte Carlo p90 0.96), which the reference meets (ε_lower 0.40 to
+claimed σ (it does not know the bug): planned 0.66 (Monte Carlo p90 0.92), which the reference meets (ε_lower 0.40 to
 0.96 over six other seeds); the variant's scores separate almost perfectly, so nearly all of the pre-registered k*
-guesses are right and ε_lower is 2.82 to 2.96 (k* caps it near 3; a plan at σ/4 gives p10 3.09 with its own k).
+guesses are right and ε_lower is 2.82 to 2.96 (k* caps it near 3; a plan at σ/4 gives p10 3.05 with its own k).
 Both assertions hold with margins of about a unit of ε. Figures over seeds, and the variants no gradient-canary
 audit can see:
-docs/audits.md (`python -m tests.bug_zoo.test_dpgrpo_audits` prints the measurements).
+docs/audits.md (`python -m tests.bug_zoo.test_dpgrpo_audits [N] [--backend ray] [--ray-address ADDR]` prints the
+measurements; each (variant, seed) audit is one task of `audits.backends.run_tasks`).
 
 The variants are canary-aware (they keep the trainer's `n_slots` and `divisor`), so the audits run on them
 unmodified; `test_every_variant_hosts_canary_slots` checks that for every trainer row in one cheap round.
@@ -122,22 +123,68 @@ MEASURED = [  # (row, trainer class, audit overrides): subsampled rows at q = 0.
 ]
 
 
-def measure(seeds=range(10)) -> None:
-    """Print ε_lower over `seeds` for each measured row (markdown table rows)."""
-    torch.set_num_threads(1)
-    print("| variant | certified ε | planned | ε_lower over seeds (min / median / max) | rejected |")
-    print("|---|---|---|---|---|")
-    for row, cls, overrides in MEASURED:
-        bounds, rejected, eps, planned = [], 0, None, None
-        for s in seeds:
-            res = _audit(cls, seed=1000 + s, **overrides)
-            bounds.append(res.eps_lower)
-            rejected += bool(res.report.result["rejects_nominal"])
-            eps, planned = res.report.claim["epsilon"], res.report.power["planned_eps_lower"]
-        bounds.sort()
-        print(f"| {row} | {eps:.4f} | {planned:.3f} | {bounds[0]:.3f} / {bounds[len(bounds) // 2]:.3f} / "
-              f"{bounds[-1]:.3f} | {rejected}/{len(bounds)} |", flush=True)
+def measure_one(item) -> tuple[float, bool, float, float]:
+    """One (row, seed) audit of the sweep, a task of `audits.backends.run_tasks`: (ε_lower, rejected, claimed ε,
+    planned ε_lower). The row is an index into MEASURED, so the task input pickles as two integers."""
+    row, seed = item
+    torch.set_num_threads(1)                 # one thread per task, whichever process runs it
+    _, cls, overrides = MEASURED[row]
+    res = _audit(cls, seed=seed, **overrides)
+    return (res.eps_lower, bool(res.report.result["rejects_nominal"]), res.report.claim["epsilon"],
+            res.report.power["planned_eps_lower"])
+
+
+def measure(seeds=range(10), rows=None, *, backend="serial", address=None, max_retries=1) -> list[str]:
+    """Print (and return) ε_lower over seeds 1000 + s, s in `seeds`, for each measured row (markdown table rows).
+
+    Each (row, seed) audit is one task of `audits.backends.run_tasks` (`backend="ray"`: Ray tasks, same figures).
+    A failed audit is listed after the table and left out of its row's counts ("rejected" is out of the finished
+    audits, shown as k/finished of requested when some failed)."""
+    from audits.backends import run_tasks
+
+    rows = range(len(MEASURED)) if rows is None else rows
+    items = [(r, 1000 + s) for r in rows for s in seeds]
+    run = run_tasks(measure_one, items, backend=backend, address=address, max_retries=max_retries,
+                    desc="bug-zoo audits")
+    lines = ["| variant | certified ε | planned | ε_lower over seeds (min / median / max) | rejected |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        done = [run.results[i] for i in run.finished if items[i][0] == r]
+        requested = sum(item[0] == r for item in items)
+        if not done:
+            lines.append(f"| {MEASURED[r][0]} | — | — | no audit finished | 0/0 of {requested} |")
+            continue
+        bounds = sorted(d[0] for d in done)
+        rejected = sum(d[1] for d in done)
+        eps, planned = done[-1][2], done[-1][3]
+        count = f"{rejected}/{len(done)}" + ("" if len(done) == requested else f" of {requested}")
+        lines.append(f"| {MEASURED[r][0]} | {eps:.4f} | {planned:.3f} | {bounds[0]:.3f} / "
+                     f"{bounds[len(bounds) // 2]:.3f} / {bounds[-1]:.3f} | {count} |")
+    lines += [f"failed: {MEASURED[items[f.index][0]][0]}, seed {items[f.index][1]}: {f.error} "
+              f"({f.attempts} attempts)" for f in run.failures]
+    print("\n".join(lines), flush=True)
+    return lines
+
+
+def sweep_main(argv) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.bug_zoo.test_dpgrpo_audits",
+                                     description="Bug-zoo audit sweep over seeds 1000, 1001, ... (docs/audits.md)")
+    parser.add_argument("seeds", nargs="?", type=int, default=10, help="number of seeds (default 10)")
+    parser.add_argument("--backend", default="serial", help="serial (default) or ray")
+    parser.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (with --backend ray)")
+    parser.add_argument("--max-retries", type=int, default=1, help="retries of a failed audit (default 1)")
+    args = parser.parse_args(argv)
+    from audits.backends import check_backend
+    from privcheck.errors import InvalidParameter
+
+    try:
+        check_backend(args.backend, args.ray_address, args.max_retries)
+    except InvalidParameter as exc:
+        parser.error(str(exc))                # exit 2 before any audit
+    measure(range(args.seeds), backend=args.backend, address=args.ray_address, max_retries=args.max_retries)
 
 
 if __name__ == "__main__":
-    measure(range(int(sys.argv[1]) if len(sys.argv) > 1 else 10))
+    sweep_main(sys.argv[1:])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+
 import torch
 import torch.distributed as dist
 
@@ -13,16 +16,24 @@ from mechanisms.dpgrpo.trainer import DPTrainer
 from mechanisms.dpgrpo.verify import reference_fixture
 
 N_REC, G, L_MAX = 6, 4, 6
+# V3 on the distributed trainer: the float64 suite's check with fewer records and GradientRecords (the cost is
+# per-record gradients; the sharded sum is what is new here, and every C exercises it)
+V3_OPTIONS = {"n_base": 3, "n_gradient_records": 4, "clip_norms": ("C_bind", "C_mix")}
+V3_ADDITIONS = 2
+# the sampler is rank 0's `sample_coins` (broadcast); its exact binomial tests keep false failures below 1e-7 at
+# any run count, 50 runs instead of the suite's 100 halve the cost
+WHOLE_STEP_OPTIONS = {"step_poisson_sampling": {"runs": 50}}
+COLLECTIVE_TIMEOUT_S = 180
 
 
-def config(seed: int, T: int) -> DPGRPOConfig:
+def config(seed: int, T: int, gradient_batch: int = 1) -> DPGRPOConfig:
     return DPGRPOConfig(n=N_REC, m=2, T=T, sigma=0.7, C=0.3, G=G, L_max=L_MAX, optimizer="adamw", lr=0.05,
-                        randomness=seed)
+                        randomness=seed, gradient_batch=gradient_batch)
 
 
-def build(seed: int, T: int, cls, **kwargs):
+def build(seed: int, T: int, cls, gradient_batch: int = 1, **kwargs):
     model, tok, records, replay = reference_fixture(n_records=N_REC, G=G, L_max=L_MAX, seed=3)
-    cfg = config(seed, T)
+    cfg = config(seed, T, gradient_batch)
     universe = SlotUniverse(cfg.n, torch.ones(cfg.n, dtype=torch.bool), records)
     return cls(model, tok, universe, cfg, reward, rollout_backend=replay, **kwargs)
 
@@ -31,31 +42,63 @@ def lora_flat(trainer) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).double() for p in trainer.space.params])
 
 
+def _result(r) -> dict:
+    observed = dict(r.observed) if hasattr(r.observed, "keys") else r.observed
+    return {"passed": r.passed, "status": r.status, "observed": observed, "message": r.message, "seconds": r.seconds}
+
+
 def run(rank: int, world_size: int, init_file: str, out_dir: str, seed: int, T: int) -> None:
-    """Train T rounds with DistributedDPTrainer, then run V10 (`noise_calibration`) and V9
-    (`public_normalisation`) through the bindings of the correct trainer and of a planted bug each; every rank
-    takes part, rank 0 saves the check results."""
-    from mechanisms.dpgrpo.verify import bindings_for
-    from privcheck.checks.dpsgd import check_noise_calibration, check_public_normalisation
+    """Train T rounds with DistributedDPTrainer; run V10 (`noise_calibration`) and V9 (`public_normalisation`)
+    through the bindings of the correct trainer and of a planted bug each, then V3 (`sensitivity_add_remove`),
+    V6 (`record_isolation`) and the five whole-step checks on the correct distributed trainer. Every rank takes
+    part in every check; rank 0 saves the results, then (process group destroyed) trains the single-process
+    `DPTrainer` reference on the same fixture and seeds."""
+    from mechanisms.dpgrpo.verify import bindings_for, reference_setup
+    from mechanisms.dpgrpo.whole_step import whole_step_bindings
+    from privcheck.checks.dpsgd import (
+        check_noise_calibration,
+        check_public_normalisation,
+        check_record_isolation,
+        check_sensitivity_add_remove,
+    )
+    from privcheck.checks.whole_step import WHOLE_STEP_CHECKS
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    # a collective that one rank skips fails in minutes, not after gloo's default 30
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         tr = build(seed, T, DistributedDPTrainer)
         tr.train(T)
+        batched = build(seed, T, DistributedDPTrainer, gradient_batch=2)   # each rank buckets its own share
+        batched.train(T)
         torch.save({"params": lora_flat(tr), "private": tr.private_telemetry, "public": tr.public_telemetry,
-                    "backend": tr.backend, "world_size": tr.world_size}, f"{out_dir}/rank{rank}.pt")
+                    "backend": tr.backend, "world_size": tr.world_size, "batched_params": lora_flat(batched)},
+                   f"{out_dir}/rank{rank}.pt")
         results = {}
         for name, check, cls in (("v10_once", check_noise_calibration, DistributedDPTrainer),
                                  ("v10_per_rank", check_noise_calibration, NoisePerRank),
                                  ("v9_public", check_public_normalisation, DistributedDPTrainer),
                                  ("v9_local_batch", check_public_normalisation, LocalBatchDivisor)):
-            result = check(bindings_for(build(7, 2, cls)))
-            results[name] = {"passed": result.passed, "status": result.status, "observed": dict(result.observed)}
+            results[name] = _result(check(bindings_for(build(7, 2, cls))))
+        _, b = reference_setup(0, DistributedDPTrainer)
+        b = dataclasses.replace(b, additions=list(b.additions)[:V3_ADDITIONS])
+        results["v3"] = _result(check_sensitivity_add_remove(b, **V3_OPTIONS))
+        results["v6"] = _result(check_record_isolation(b))
+        wb = dataclasses.replace(b, whole_step=whole_step_bindings(trainer_cls=DistributedDPTrainer),
+                                 precision="float64")
+        for name, check in WHOLE_STEP_CHECKS.items():
+            results[name] = _result(check(wb, **WHOLE_STEP_OPTIONS.get(name, {})))
         if rank == 0:
             torch.save(results, f"{out_dir}/checks.pt")
     finally:
         dist.destroy_process_group()
+    if rank == 0:
+        single = build(seed, T, DPTrainer)
+        initial = lora_flat(single)
+        single.train(T)
+        torch.save({"params": lora_flat(single), "initial": initial, "private": single.private_telemetry,
+                    "public": single.public_telemetry}, f"{out_dir}/single.pt")
 
 
 class NoisePerRank(DistributedDPTrainer):
