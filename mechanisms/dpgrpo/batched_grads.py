@@ -150,8 +150,8 @@ def _bucket(ctx: StepContext, arm, sampler: LoraGradSampler, records, groups: li
     filler = _filler_id(ctx.tokenizer)
     P, L = prompts[0].numel(), ids[0].shape[1]
     acc: list[torch.Tensor | None] = [None] * len(sampler.modules)
-    loss_total = [torch.zeros((), dtype=torch.float64) for _ in range(B)]
-    kl_total = [torch.zeros((), dtype=torch.float64) for _ in range(B)]
+    loss_total = torch.zeros(B, dtype=torch.float64)
+    kl_total = torch.zeros(B, dtype=torch.float64)
     for S in ctx.chunks(G, chunk_size):
         k = S.stop - S.start
         fill = (width - B) * k
@@ -175,14 +175,13 @@ def _bucket(ctx: StepContext, arm, sampler: LoraGradSampler, records, groups: li
             m = torch.stack([mask[S] for mask in masks]).to(logp.dtype).reshape(B * k, -1)
             d = ref[:B * k] - logp[:B * k].detach()
             kl = ((torch.exp(d) - d - 1) * m).sum(1) / m.sum(1)
-            for b, R in enumerate(rows):
-                loss_total[b] += losses[b].detach().double().cpu()
-                kl_total[b] += kl[R].sum().double().cpu() / G
+            loss_total += torch.stack(losses).detach().double().cpu()
+            kl_total += kl.reshape(B, k).sum(1).double().cpu() / G
     flat = torch.cat([torch.zeros(B, m.weight.numel(), dtype=ctx.dtype, device=ctx.device) if g is None
                       else g.reshape(B, -1).to(ctx.dtype) for m, g in zip(sampler.modules, acc)], dim=1)
     out = []
-    for b, group in enumerate(groups):
-        private = {"loss": float(loss_total[b]), "kl": float(kl_total[b]), "lengths": masks[b].sum(1).tolist(),
+    for b, (group, loss, kl) in enumerate(zip(groups, loss_total.tolist(), kl_total.tolist())):
+        private = {"loss": loss, "kl": kl, "lengths": masks[b].sum(1).tolist(),
                    "reward_mean": float(group.rewards.double().mean()),
                    "constant_group": bool((group.rewards == group.rewards[0]).all())}
         out.append(RecordGrad(flat[b], private))

@@ -582,7 +582,9 @@ def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_
     s, up, lo, E_f, d_float = memo["arrays"]
     hit = np.nonzero(d_float <= delta)[0]
     j_guess = int(np.clip(hit[0] if len(hit) else N - 1, 1, N - 1))
-    extra = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
+    if "extra" not in memo:        # δ-independent: the mass above the window and at infinity
+        memo["extra"] = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
+    extra = memo["extra"]
     upper = _solve_moving(up, s, j_guess, lam, log_zT, delta, h, extra, "upper", memo)
     lower = _solve_moving(lo, s, j_guess, lam, log_zT, delta, h, arb(0), "lower", memo)
     return lower, upper, {"window": [float(s[0]), float(s[-1])], "entry_error": E_f}
@@ -637,21 +639,28 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, 
     if key not in memo:
         memo[key] = _suffix_sums(c, s, i0, lam, h)
     S1, S2, n, fac, under, fr, frp = memo[key]
-    ss = s[i0:] - ref
+    # the factors at the reference depend on (i0, ref) only; the last ones are kept, so the lower side and a
+    # following δ with the same reference reuse them (the float e^{s − ref} over the window is the costly part)
+    last = memo.get("reference")
+    if last is None or last[0] != (i0, ref):
+        with ctx.workprec(PREC):
+            first = arb(int(j0_of(s, h)) + i0) * arb(h) - arb(ref)     # the exact lattice loss of entry i0, minus ref
+            g0 = (-arb(lam) * first).exp()
+            g0p = (-(arb(lam) + 1) * first).exp()
+            K = log_zT.exp() * (-arb(lam) * arb(ref)).exp()
+            Kg, Kgp = K * g0, K * g0p
+        with np.errstate(over="ignore", invalid="ignore"):
+            exp_ss = np.exp(s[i0:] - ref)
+        last = memo["reference"] = ((i0, ref), Kg, Kgp, float(K.mid()) * float(g0.mid()),
+                                    float(K.mid()) * float(g0p.mid()), exp_ss)
+    _, Kg, Kgp, kf, kfp, exp_ss = last
     with ctx.workprec(PREC):
-        first = arb(int(j0_of(s, h)) + i0) * arb(h) - arb(ref)     # the exact lattice loss of entry i0, minus ref
-        g0 = (-arb(lam) * first).exp()
-        g0p = (-(arb(lam) + 1) * first).exp()
-        K = log_zT.exp() * (-arb(lam) * arb(ref)).exp()
-        Kg, Kgp = K * g0, K * g0p
         d = arb(delta)
         # the segment from the float sums (δ is decreasing), then corrected by the certified crossing itself
         with np.errstate(over="ignore", invalid="ignore"):
-            kf = float(K.mid()) * float(g0.mid())
-            kfp = float(K.mid()) * float(g0p.mid())
             nxt1 = np.append(S1[1:], 0.0)
             nxt2 = np.append(S2[1:], 0.0)
-            df = kf * nxt1 - np.exp(ss) * kfp * nxt2 + float(extra.mid())
+            df = kf * nxt1 - exp_ss * kfp * nxt2 + float(extra.mid())
         below = np.nonzero(df <= delta)[0]
         jj = int(below[0]) + 1 if len(below) else n - 1
         j = min(max(i0 + jj, i0 + 1), N - 1)

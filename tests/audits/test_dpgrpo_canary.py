@@ -34,6 +34,7 @@ from privcheck.cli import build_parser
 from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
 
 SEED, M, T, Q, N_REAL = 11, 300, 10, 0.5, 4
+CLI_M = 16           # canaries of the command-line test
 TARGET_EPS = 8.0
 
 
@@ -130,7 +131,8 @@ class _ForgedPlan:
 
 
 @pytest.mark.parametrize("forgery", ["plan", "epsilon"])
-def test_a_trainer_claim_that_differs_from_the_plan_is_refused_before_training(forgery, tmp_path):
+def test_a_trainer_claim_that_differs_from_the_plan_is_refused_before_training(forgery, tmp_path,
+                                                                                lightly_pretrained):
     from mechanisms.dpgrpo.trainer import DPTrainer
 
     class Forged(_ForgedPlan, DPTrainer):
@@ -150,8 +152,8 @@ def test_a_trainer_claim_that_differs_from_the_plan_is_refused_before_training(f
 
     out = tmp_path / "out"
     with pytest.raises(PrivcheckError, match="plan" if forgery == "plan" else "claims"):
-        dc.run_gradient_canary_audit(canaries=M, out_dir=out, seed=SEED, rounds=T, q=Q, n_real=N_REAL, plan_sims=2,
-                                     trainer_cls=Forged)
+        dc.run_gradient_canary_audit(preset=lightly_pretrained(), canaries=M, out_dir=out, seed=SEED,
+                                     rounds=T, q=Q, n_real=N_REAL, plan_sims=2, trainer_cls=Forged)
     assert not (out / "audit.json").exists()
 
 
@@ -330,11 +332,12 @@ def test_bad_input_raises_before_work_and_writes_nothing(no_work, tmp_path, kwar
     assert not out.exists()
 
 
-def test_more_canaries_than_coordinates_writes_nothing(tmp_path, monkeypatch):
+def test_more_canaries_than_coordinates_writes_nothing(tmp_path, monkeypatch, lightly_pretrained):
     monkeypatch.setattr(dc, "design_gradient_audit", lambda *a, **k: pytest.fail("planned before the check"))
     out = tmp_path / "out"
     with pytest.raises(InvalidParameter) as err:
-        dc.run_gradient_canary_audit(canaries=8193, out_dir=out)     # tiny-cpu LoRA ParamSpace has 8,192 entries
+        # tiny-cpu's LoRA ParamSpace has 8,192 entries (the lightly pretrained preset has the same model)
+        dc.run_gradient_canary_audit(preset=lightly_pretrained(), canaries=8193, out_dir=out)
     assert err.value.name == "canaries" and not out.exists()
 
 
@@ -345,12 +348,13 @@ def _parser():
     return build_parser()
 
 
-def test_cli_json_artifact_private_log_and_plots(tmp_path, monkeypatch, capsys):
-    small = dataclasses.replace(dc.resolve_preset("tiny-cpu"), name="tiny-cpu-4", n=4)
-    monkeypatch.setitem(dc.AUDIT_PRESETS, "tiny-cpu-4", lambda: small)
+def test_cli_json_artifact_private_log_and_plots(tmp_path, capsys, lightly_pretrained):
+    # n = 4 real records (m = 1 keeps the preset's q = 1/4 valid; the audit sets its own q), 16 canaries and a
+    # lightly pretrained policy: the command line is tested here, the bound by the module's audit
+    lightly_pretrained("tiny-cpu-4", n=4, m=1)
     out = tmp_path / "run"
-    args = _parser().parse_args(["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", "64", "--out", str(out),
-                                 "--seed", "3", "--rounds", "4", "--q", "1", "--json"])
+    args = _parser().parse_args(["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", str(CLI_M), "--out",
+                                 str(out), "--seed", "3", "--rounds", "4", "--q", "1", "--json"])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -362,8 +366,8 @@ def test_cli_json_artifact_private_log_and_plots(tmp_path, monkeypatch, capsys):
         assert key in doc
     assert doc["eps_lower"] == doc["result"]["eps_lower"] and doc["planned_eps_lower"] == doc["power"][
         "planned_eps_lower"]
-    assert doc["claim"]["mechanism"]["params"]["n_canary"] == 64 and doc["claim"]["mechanism"]["params"]["q"] == 1.0
-    assert doc["claim"]["mechanism"]["params"]["steps"] == 4 and doc["canaries"]["m"] == 64
+    assert doc["claim"]["mechanism"]["params"]["n_canary"] == CLI_M and doc["claim"]["mechanism"]["params"]["q"] == 1.0
+    assert doc["claim"]["mechanism"]["params"]["steps"] == 4 and doc["canaries"]["m"] == CLI_M
     saved = json.loads((out / "audit.json").read_text())
     assert saved == {k: v for k, v in doc.items() if k in saved}
     for name in ("scores.png", "bound_vs_m.png"):

@@ -36,6 +36,7 @@ from privcheck.cli import build_parser
 from privcheck.errors import InvalidParameter
 
 SEED, M, T, Q, N_REAL, PILOT = 5, 48, 6, 0.5, 4, 32
+CLI_M, CLI_T = 16, 2      # canaries and rounds of the command-line test
 TARGET_EPS = 8.0
 
 
@@ -361,21 +362,23 @@ def _parser():
     return build_parser()
 
 
-def test_cli_input_binary_json_artifact_and_plots(tmp_path, monkeypatch, capsys):
-    small = dataclasses.replace(dc.resolve_preset("tiny-cpu"), name="tiny-cpu-4", n=N_REAL)
-    monkeypatch.setitem(dc.AUDIT_PRESETS, "tiny-cpu-4", lambda: small)
+def test_cli_input_binary_json_artifact_and_plots(tmp_path, capsys, lightly_pretrained):
+    # n = N_REAL real records (m = 1 keeps the preset's q = 1/4 valid; the audit sets its own q), fewer canaries
+    # and rounds, a lightly pretrained policy: the command line is tested here, the audit by the module's fixture
+    lightly_pretrained("tiny-cpu-4", n=N_REAL, m=1)
     out = tmp_path / "run"
-    args = _parser().parse_args(["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", str(M),
+    args = _parser().parse_args(["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", str(CLI_M),
                                  "--canary-type", "input_binary", "--out", str(out), "--seed", "3",
-                                 "--rounds", str(T), "--q", str(Q), "--json"])
+                                 "--rounds", str(CLI_T), "--q", str(Q), "--json"])
     assert args.func(args) == 0
     doc = json.loads(capsys.readouterr().out)              # exactly one JSON object
     for key in ("eps_lower", "p_value_at_nominal", "rejects_nominal", "planned_eps_lower"):
         assert key in doc
     assert (doc["canaries"]["type"], doc["canaries"]["score"], doc["canaries"]["m"]) == \
-        ("input_space", "loss_delta_vs_base", M)
-    assert doc["claim"]["mechanism"]["params"]["n_canary"] == M and doc["claim"]["mechanism"]["params"]["q"] == Q
-    assert doc["power"]["score_model"] == f"empirical(n_in={M // 2}, n_out={M // 2})"
+        ("input_space", "loss_delta_vs_base", CLI_M)
+    assert doc["claim"]["mechanism"]["params"]["n_canary"] == CLI_M and doc["claim"]["mechanism"]["params"]["q"] == Q
+    assert doc["claim"]["mechanism"]["params"]["steps"] == CLI_T
+    assert doc["power"]["score_model"] == f"empirical(n_in={CLI_M // 2}, n_out={CLI_M // 2})"   # pilot = --canaries
     saved = json.loads((out / "audit.json").read_text())
     assert saved == {k: v for k, v in doc.items() if k in saved}
     for name in ("scores.png", "bound_vs_m.png"):

@@ -33,3 +33,9 @@ def run_with_baseline(benchmark, target, baseline, rounds=ROUNDS):
     benchmark.extra_info["baseline_s"] = min(base_times)
     benchmark.extra_info["ratio_vs_baseline"] = min(own) / min(base_times)
     return result, base_result
+
+
+def benchmarking_disabled(config) -> bool:
+    """pytest-benchmark's own rule (its session's `disabled`) for fixtures that cannot take `benchmark`:
+    `--benchmark-disable` (in addopts) unless `--benchmark-enable` is also given."""
+    return bool(config.getoption("benchmark_disable") and not config.getoption("benchmark_enable"))

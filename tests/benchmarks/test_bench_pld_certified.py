@@ -24,7 +24,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as dpa_pld
 
 from privcheck.accounting import calibrate_sigma, calibration, dpsgd, pld_certified
-from tests.benchmarks.baseline import run_with_baseline
+from tests.benchmarks.baseline import benchmarking_disabled, run_with_baseline
 
 INTERVAL = 1e-4
 ROUNDS = 1
@@ -88,8 +88,9 @@ def warm_up():
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm():
-    warm_up()
+def _warm(request):
+    if not benchmarking_disabled(request.config):    # only timings need it (Opacus's import is ~2 s)
+        warm_up()
 
 
 def _check_enclosure(bounds, ref, published, rounding):

@@ -1,7 +1,8 @@
 """Selection benchmarks (pytest-benchmark), each beside a baseline timed in the same process.
 
 `make bench` runs them with timing (rounds below); the default test run executes each body once as a
-smoke test. Nothing here asserts a time: ratios and rates go to `benchmark.extra_info`, e.g.
+smoke test (on 100 prompts instead of 1,000). Nothing here asserts a time: ratios and rates go to
+`benchmark.extra_info`, e.g.
     .venv/bin/python -m pytest tests/benchmarks/test_bench_selection.py --benchmark-enable \
         --benchmark-json=bench.json
 Performance targets (measured, not asserted): PrivBoN within 1.5× of a bare numpy
@@ -21,15 +22,18 @@ import pytest
 from mechanisms.selection import ITP, PrivBoN, PrivITP, best_of_n
 from privcheck.accounting import PrivITPParams, privitp_kappa, privitp_kappa_batch
 from privcheck.accounting.selection import kappa_midpoint_float
+from tests.benchmarks.baseline import benchmarking_disabled
 
 PROMPTS, N = 1000, 4096
+SMOKE_PROMPTS = 100          # without --benchmark-enable (the bodies run once, as smoke tests)
 ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
-def arrays():
+def arrays(request):
     gen = np.random.default_rng(0)
-    return gen.random((PROMPTS, N)), gen.random((PROMPTS, N))
+    prompts = SMOKE_PROMPTS if benchmarking_disabled(request.config) else PROMPTS
+    return gen.random((prompts, N)), gen.random((prompts, N))
 
 
 def _best_of(fn, rounds):
@@ -71,8 +75,8 @@ def test_bench_selector_throughput(benchmark, arrays, selector):
     }[selector]
     baseline = _best_of(bare, 1 if benchmark.disabled else ROUNDS)
     out = _bench(benchmark, run)
-    assert len(out.indices) == PROMPTS
-    _record(benchmark, "bare_numpy_gumbel_argmax", baseline, PROMPTS * N)
+    assert len(out.indices) == scores.shape[0]
+    _record(benchmark, "bare_numpy_gumbel_argmax", baseline, scores.size)
 
 
 def test_bench_certified_kappa_vs_midpoint(benchmark):

@@ -26,6 +26,8 @@ from privcheck.checks.training import check_chunk_identity, check_record_isolati
 from privcheck.errors import InvalidParameter
 from tests.dpgrpo.opacus_peer import opacus_record_grads
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 G, L_MAX = 4, 6
 
 
@@ -200,13 +202,9 @@ def batched_setup():
     return trainer, b
 
 
-@pytest.mark.parametrize("check", [
-    check_record_isolation,
-    pytest.param(check_chunk_identity, marks=pytest.mark.slow),
-    pytest.param(check_sensitivity_add_remove, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("check", [check_record_isolation, check_chunk_identity, check_sensitivity_add_remove])
 def test_checks_pass_on_the_batched_trainer(batched_setup, check):
-    """V6 in `make test`; V8 and V3 (≈ 60 s on 2 cores) in `make test-slow`. The distributed and whole-step runs
-    of these checks use the same contributions entry point."""
+    """V6, V8 and V3 through the bindings of a batched trainer (every contribution goes through the buckets)."""
     result = check(batched_setup[1])
     assert result.status == "pass", (check.__name__, result.message)
 
