@@ -95,9 +95,10 @@ def environment_block(setup: RunSetup, trainer, deterministic: bool) -> dict:
                 "deterministic": deterministic, "library_commit": env.get("git_commit")})
     if setup.device == "cuda":
         env["device_name"] = torch.cuda.get_device_name(0)
-    if setup.launch is not None:               # a launched run (docs/scaling.md); a plain process has no entry
+    launch = getattr(setup, "launch", None)   # the TRL integration's setup has none: a plain process
+    if launch is not None:                     # a launched run (docs/scaling.md); a plain process has no entry
         env["distributed"] = {"world_size": trainer.world_size, "backend": trainer.backend,
-                              "launcher": setup.launch.launcher, "writer_rank": 0,
+                              "launcher": launch.launcher, "writer_rank": 0,
                               "trainer": type(trainer).__name__}
     return env
 
