@@ -38,7 +38,7 @@ import torch
 from mechanisms.dpgrpo.core import prompt_loss
 from mechanisms.dpgrpo.record_grads import GRPOGradient, RecordGrad, StepContext
 from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
-from mechanisms.dpgrpo.rollouts import row_logprobs
+from mechanisms.dpgrpo.rollouts import pad_id, row_logprobs
 from privcheck.errors import InvalidParameter
 
 __all__ = ["LoraGradSampler", "batched_record_grads", "buckets", "supports"]
@@ -129,11 +129,10 @@ def buckets(ctx: StepContext, pairs, max_records: int) -> list[list[int]]:
 
 def _filler_id(tokenizer) -> int:
     """The token of the filler rows: the tokenizer's PAD id, else 0 (any public constant would do)."""
-    for attr in ("pad_id", "pad_token_id"):
-        v = getattr(tokenizer, attr, None)
-        if v is not None:
-            return int(v)
-    return 0
+    try:
+        return pad_id(tokenizer)
+    except InvalidParameter:
+        return 0
 
 
 def _bucket(ctx: StepContext, arm, sampler: LoraGradSampler, records, groups: list[RolloutGroup],
