@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 verify: $(STAMP)
 	$(BIN)/privcheck verify --out artifacts/
 
-# Two pytest workers (pytest-xdist), one per core; a test file stays on one worker (its module fixtures are built once).
+# Two pytest workers (pytest-xdist), one per core; a test file stays on one worker (its module fixtures are built once;
+# tests/conftest.py puts the files that evaluate the same certified ε on one worker, so its cache computes them once).
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" -q -n 2 --dist loadfile
 

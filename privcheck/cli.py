@@ -233,6 +233,15 @@ def cmd_report(args) -> int:
 # --- parser -------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: privcheck's own commands and those of every `privcheck.commands` plugin."""
+    parser, _, verbs, common = _core_parser()
+    _register_plugins(verbs, common)
+    return parser
+
+
+def _core_parser():
+    """(parser, its subcommands action, the plugin verbs' subparsers, the --json parent) with privcheck's own
+    commands only."""
     p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"privcheck {privcheck.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -336,8 +345,22 @@ def build_parser() -> argparse.ArgumentParser:
              .add_subparsers(dest="what", required=True),
              "audit": sub.add_parser("audit", help="empirical privacy audits (lower bounds; see docs/audits.md)")
              .add_subparsers(dest="what", required=True)}
-    _register_plugins(verbs, common)
-    return p
+    return p, sub, verbs, common
+
+
+def _names_a_core_command(sub, verbs: dict, argv: list[str]) -> bool:
+    """Whether argv starts with one of privcheck's own commands (`verify`, `report`, or a verb and its subcommand).
+
+    Plugins only add commands under names of their own (argparse refuses a second subparser of the same name), so
+    such a command parses and runs the same without them; `main` then skips loading them, and with them torch and
+    the mechanisms' other heavy imports. Anything else (plugin commands, bare verbs, --help, --version) gets the
+    whole parser.
+    """
+    if not argv or argv[0] not in sub.choices:
+        return False
+    if argv[0] in verbs:
+        return len(argv) > 1 and argv[1] in verbs[argv[0]].choices
+    return True
 
 
 def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
@@ -356,7 +379,10 @@ def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser, sub, verbs, _ = _core_parser()
+    if not _names_a_core_command(sub, verbs, argv):
+        parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -34,3 +34,35 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# Test files that evaluate the same certified ε (the seven Table VI rows, the JAX-Privacy row, the MATH ε = 8
+# calibration: V12 `accountant_reference` and the `accounting` suite of `privcheck verify`) share one xdist work
+# unit, so the accountant's in-process cache computes each value once per session instead of once per worker.
+# Every other file is a unit of its own, as `--dist loadfile` makes it (`make test`).
+SHARED_ACCOUNTANT_UNIT = "table_vi_accountant"
+SHARED_ACCOUNTANT_FILES = frozenset({
+    "tests/accounting/test_dpsgd.py",
+    "tests/accounting/test_calibration.py",
+    "tests/test_verify.py",
+    "tests/dpgrpo/test_suite.py",
+    "tests/checks/test_training_checks.py",
+    "tests/bug_zoo/test_dpgrpo_zoo.py",
+    "tests/benchmarks/test_bench_accounting.py",
+})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadfile scheduler, with the files of SHARED_ACCOUNTANT_FILES as one unit (any other --dist
+    mode is left to xdist)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedAccountantScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return SHARED_ACCOUNTANT_UNIT if path in SHARED_ACCOUNTANT_FILES else path
+
+    return SharedAccountantScheduling(config, log)

@@ -1,12 +1,14 @@
 """CLI: JSON keys and values (against published figures), tables, and errors (stderr, exit 2)."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from privcheck.cli import main
+from privcheck.cli import build_parser, main
 
 
 def run_json(capsys, *argv):
@@ -96,11 +98,53 @@ def test_unknown_option_and_missing_dir(capsys, tmp_path):
     assert "dir" in capsys.readouterr().err
 
 
+SCRIPT = str(Path(sys.executable).parent / "privcheck")       # the installed console script ([project.scripts])
+
+
 def test_console_script_runs():
-    proc = subprocess.run([sys.executable, "-m", "privcheck.cli", "convert", "group", "--epsilon", "1",
-                           "--delta", "1e-5", "--k", "2", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([SCRIPT, "convert", "group", "--epsilon", "1", "--delta", "1e-5", "--k", "2", "--json"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["epsilon"] == 2.0
+
+
+def test_console_script_bad_input_and_lazy_plugins():
+    """Bad input through the console script: exit 2, nothing on stdout, one error line naming the parameter, no
+    traceback. A command of privcheck's own loads no command plugin, so the process never imports torch (every
+    module it imports is listed by PYTHONPROFILEIMPORTTIME)."""
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")
+    proc = subprocess.run([SCRIPT, "calibrate", "dp-sgd", "--sampling-rate", "0.1", "--steps", "5", "--delta", "1e-5",
+                           "--epsilon", "0"], capture_output=True, text=True, timeout=120, env=env)
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(errors) == 1 and errors[0].startswith("privcheck: error: invalid epsilon=0"), errors
+    assert "privcheck.cli" in imported and "torch" not in imported and "mechanisms" not in imported
+
+
+def test_core_command_help_is_the_same_without_plugins(capsys):
+    """`main` skips the plugins for privcheck's own commands: its usage and help are those of the whole parser."""
+    argv = ["calibrate", "dp-sgd", "--help"]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    lazy = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert exc.value.code == 0 and lazy == capsys.readouterr().out and "--sampling-rate" in lazy
+
+
+def test_plugin_commands_are_built_without_their_heavy_modules(capsys, monkeypatch):
+    """The whole parser (every plugin) is built while transformers, matplotlib and the DP-GRPO audit cannot be
+    imported: they load only when a command that needs them runs (or `audit dp-grpo --help` lists its presets)."""
+    for name in ("transformers", "matplotlib", "audits.dpgrpo_canary", "audits.dpgrpo_input_canary"):
+        monkeypatch.setitem(sys.modules, name, None)            # `import name` now raises ImportError
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", "--help"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and err == ""                   # no "command plugin unavailable" warning
+    assert all(command in out for command in ("one-run", "power", "multi-run", "selection", "dp-grpo"))
+    assert main(["audit", "power", "--canaries", "0", "--delta", "1e-5", "--score-model", "perfect"]) == 2
+    assert capsys.readouterr().err.startswith("privcheck: error: invalid canaries=0")
 
 
 # --- selection accountants (reference values of the selection suite) ----------------------------------

@@ -28,6 +28,22 @@ def _sources(*tops: str):
         yield from sorted((ROOT / top).rglob("*.py"))
 
 
+_TREES: dict[Path, ast.Module] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def parsed_once():
+    """Each source is parsed once for the module's AST checks (parsing is most of their time), then released."""
+    yield
+    _TREES.clear()
+
+
+def _tree(path: Path) -> ast.Module:
+    if path not in _TREES:
+        _TREES[path] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return _TREES[path]
+
+
 def _run(tool: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / tool), *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
@@ -50,7 +66,7 @@ def _private(name: str) -> bool:
 
 def private_imports(path: Path) -> list[str]:
     """`from first_party.module import _name` and `alias._name` on an imported first-party module."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = _tree(path)
     found, aliases = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
@@ -80,6 +96,7 @@ def test_the_private_name_check_can_fail(tmp_path):
         assert len(private_imports(target)) == 2
     finally:
         target.unlink()
+        _TREES.pop(target, None)
 
 
 def test_no_module_imports_a_private_name_of_another():
@@ -112,7 +129,7 @@ def test_every_public_module_declares_all():
     for path in _sources(*PACKAGES):
         if any(part.startswith("_") and part != "__init__.py" for part in path.relative_to(ROOT).parts):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         names = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                  for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
         if "__all__" not in names and any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in tree.body):

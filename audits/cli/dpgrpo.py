@@ -27,6 +27,7 @@ any work and before anything is written (InvalidParameter, exit 2 through `privc
 
 from __future__ import annotations
 
+import argparse
 import io
 import time
 
@@ -44,14 +45,10 @@ BOUND_PLOT_FACTORS = (0.1, 0.3, 1.0, 3.0, 10.0)
 
 def add_dpgrpo_parser(audit_subparsers, common) -> None:
     """Add `dp-grpo` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
-    from audits.dpgrpo_canary import AUDIT_PRESETS
-
     p = audit_subparsers.add_parser(
         "dp-grpo", parents=[common],
         help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
-    p.add_argument("--preset", default="tiny-cpu",
-                   help="audit preset (task, records and mechanism constants; with --model, the model is yours): "
-                        + ", ".join(sorted(AUDIT_PRESETS)) + " (default tiny-cpu)")
+    p.add_argument("--preset", default="tiny-cpu", action=_PresetAction)
     p.add_argument("--model", default=None, metavar="PATH",
                    help="your causal LM: a local transformers directory (save_pretrained; nothing is downloaded)")
     p.add_argument("--tokenizer", default=None, metavar="PATH",
@@ -70,6 +67,24 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
     p.add_argument("--q", type=number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
     p.set_defaults(func=cmd_audit_dpgrpo)
+
+
+class _PresetAction(argparse.Action):
+    """`--preset NAME`, stored as given (the audit checks it). Its help lists the registered presets and is built only
+    when help is printed: `audits.dpgrpo_canary` imports torch, which other commands never need."""
+
+    @property
+    def help(self) -> str:
+        from audits.dpgrpo_canary import AUDIT_PRESETS
+        return ("audit preset (task, records and mechanism constants; with --model, the model is yours): "
+                + ", ".join(sorted(AUDIT_PRESETS)) + " (default tiny-cpu)")
+
+    @help.setter
+    def help(self, value) -> None:        # argparse.Action.__init__ assigns help; the property above replaces it
+        pass
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
 
 
 def _audit_function(canary_type):

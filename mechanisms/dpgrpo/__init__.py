@@ -47,32 +47,44 @@ on public records), `presets`, `pretrain`, `evaluation`; end-to-end runs: `run_s
 `run_compare` (compare artifact, report, plots), `run` (the entry point); `cli` (`privcheck run dp-grpo`).
 """
 
-from mechanisms.dpgrpo.config import DPGRPOConfig
-from mechanisms.dpgrpo.core import (
-                                    ParamSpace,
-                                    clip_flat,
-                                    completion_mask,
-                                    flatten_grads,
-                                    group_advantages,
-                                    k3_kl,
-                                    poisson_coins,
-                                    privatize,
-                                    prompt_loss,
-                                    unflatten_into,
-)
-from mechanisms.dpgrpo.randomness import TorchRandomness, make_randomness
-from mechanisms.dpgrpo.record_grads import (
-                                    FilteredSFT,
-                                    GoldSFT,
-                                    GRPOGradient,
-                                    RecordGrad,
-                                    RecordGradient,
-                                    StepContext,
-                                    ZeroAdvantage,
-)
-from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
-from mechanisms.dpgrpo.rollouts import BatchedHF, IsolatedHF, Replay, token_logprobs
-from mechanisms.dpgrpo.trainer import DPTrainer, VerifierError
+import importlib
+
+# The public names and the modules that define them, imported on first use (PEP 562): `import mechanisms.dpgrpo`
+# (as the `privcheck` command line does to register `privcheck run dp-grpo`) does not import torch.
+_EXPORTS = {
+    "config": ("DPGRPOConfig",),
+    "core": ("ParamSpace", "clip_flat", "completion_mask", "flatten_grads", "group_advantages", "k3_kl",
+             "poisson_coins", "privatize", "prompt_loss", "unflatten_into"),
+    "randomness": ("TorchRandomness", "make_randomness"),
+    "record_grads": ("FilteredSFT", "GoldSFT", "GRPOGradient", "RecordGrad", "RecordGradient", "StepContext",
+                     "ZeroAdvantage"),
+    "records": ("GradientRecord", "Record", "RolloutGroup", "SlotUniverse"),
+    "rollouts": ("BatchedHF", "IsolatedHF", "Replay", "token_logprobs"),
+    "trainer": ("DPTrainer", "VerifierError"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"mechanisms.dpgrpo.{module}"), name)
+    elif not name.startswith("__"):     # a submodule as an attribute (`mechanisms.dpgrpo.core`), as eager imports gave
+        try:
+            value = importlib.import_module(f"mechanisms.dpgrpo.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"mechanisms.dpgrpo.{name}":
+                raise
+            raise AttributeError(f"module 'mechanisms.dpgrpo' has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module 'mechanisms.dpgrpo' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULE_OF))
+
 
 __all__ = [
     "BatchedHF", "DPGRPOConfig", "DPTrainer", "FilteredSFT", "GRPOGradient", "GoldSFT", "GradientRecord",

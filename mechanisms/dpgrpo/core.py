@@ -257,11 +257,12 @@ def clip_flat(v, C, *, nonprivate: bool = False) -> torch.Tensor:
     else:
         C = val.positive("C", C)
     x = v.detach().to(torch.float64)
-    norm = torch.linalg.vector_norm(x)
-    finite = torch.isfinite(norm)
-    factor = torch.where(norm > C, C / norm, torch.ones_like(norm)) if math.isfinite(C) else torch.ones_like(norm)
-    clipped = (x * factor).to(v.dtype)
-    return torch.where(finite, clipped, torch.zeros_like(clipped))
+    norm = float(torch.linalg.vector_norm(x))
+    if not math.isfinite(norm):
+        return torch.zeros_like(v.detach())
+    if norm > C:
+        return (x * ((1.0 / norm) * C)).to(v.dtype)   # factor as torch forms C / norm: reciprocal, then times C
+    return v.detach().clone()                   # factor 1: the float64 round trip returns v's own bits
 
 
 # ---------------------------------------------------------------------------------------------- line 8

@@ -109,11 +109,15 @@ class TorchRandomness:
     def set_rollout_state(self, state: torch.Tensor) -> None:
         self._rollout.set_state(state)
 
+    def rollout_draw(self) -> int:
+        """One draw of the dedicated rollout generator (the seed a `rollout_scope` gives the framework RNG)."""
+        return int(torch.randint(0, _MASK63, (1,), generator=self._rollout, dtype=torch.int64).item())
+
     @contextlib.contextmanager
     def rollout_scope(self):
         """Fork the framework RNG (CPU and the active CUDA device) and seed it with a fresh draw of the
         dedicated rollout generator; the caller's global RNG state is restored on exit."""
-        draw = int(torch.randint(0, _MASK63, (1,), generator=self._rollout, dtype=torch.int64).item())
+        draw = self.rollout_draw()
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(draw)

@@ -24,8 +24,10 @@ privacy plan (with the canary slots of the universe), and `privacy_claim` report
 
 LoRA dropout (config.lora_dropout > 0): the per-record gradient pass runs in train mode inside
 `randomness.rollout_scope()`, so every record's dropout masks are fresh draws from the private rollout generator
-(A3) and never touch the caller's RNG; rollouts and reference log-probs run in eval mode (no dropout). With
-dropout 0 (the float64 checks require it) the model stays in eval mode and no randomness is drawn.
+(A3) and never touch the caller's RNG; rollouts and reference log-probs run in eval mode (no dropout). A
+fixed-vector `GradientRecord` (canary) needs no model pass: it takes the same one draw of the rollout generator
+and nothing else. With dropout 0 (the float64 checks require it) the model stays in eval mode and no randomness
+is drawn.
 
 Rollout backend: `config.rollout_mode == "batched"` selects `rollouts.BatchedHF.from_config(tokenizer, config)`
 when that backend exists (else a typed error); otherwise `IsolatedHF` (the default).
@@ -291,8 +293,15 @@ class DPTrainer:
     def record_gradient(self, record, group=None, *, chunk_size=None) -> torch.Tensor:
         """Line 6: the arm's flat, unclipped gradient for one record (private dict kept privately)."""
         kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
-        with self._dropout_scope():
+        if isinstance(record, GradientRecord) and self.config.lora_dropout != 0:
+            # a fixed vector needs no model pass, so neither train mode nor a forked framework RNG (together
+            # 7 ms a record on the tiny model); the rollout stream still advances by the draw every gradient
+            # pass takes, so seeded runs are unchanged
+            self.randomness.rollout_draw()
             rg = self.arm(self.ctx, record, group, **kwargs)
+        else:
+            with self._dropout_scope():
+                rg = self.arm(self.ctx, record, group, **kwargs)
         self.scratch["records"].append(rg.private)
         return rg.grad
 

@@ -13,7 +13,12 @@ from fractions import Fraction
 import mpmath
 from scipy.special import ndtri  # a float starting point only
 
+from tests.accounting.reference_store import ReferenceStore
+
 DPS = 60
+# the oracles' values for the fast tier's inputs are stored (tests/accounting/reference_store.py);
+# test_gaussian_edges.py::test_stored_oracles_match_live recomputes a seeded sample on every run (exact: mpmath)
+STORE = ReferenceStore("gaussian_edges", mpmath_dps=DPS, rel_tol=0.0)
 M = mpmath.mpf
 
 
@@ -63,6 +68,7 @@ def gauss_z(delta):
         return z
 
 
+@STORE.memo
 def gauss_mu_max(delta, eps_max=10_000):
     """The μ at which Φ(μ/2 − ε_max/μ) = δ: √(z² + 2ε_max) − z (above it, ε* may exceed ε_max)."""
     with mpmath.workdps(DPS + 20):
@@ -70,6 +76,7 @@ def gauss_mu_max(delta, eps_max=10_000):
         return mpmath.sqrt(z * z + 2 * eps_max) - z
 
 
+@STORE.memo
 def gauss_epsilon_root(mu_exact, delta, steps: int = 45):
     """Bracket (lo, hi) of ε* = inf{ε ≥ 0 : δ(ε; μ) ≤ δ} by log-scale bisection (relative width ≈ ln 2·2^-steps).
 
@@ -100,6 +107,7 @@ def geometric_bisection(moves_hi, lo, hi, steps: int):
     return lo, hi
 
 
+@STORE.memo
 def gauss_mu_root(eps, delta, steps: int = 45):
     """Bracket (lo, hi) of μ* = sup{μ : δ(ε; μ) ≤ δ} (δ increases in μ), starting from the lower bound
     max(δ√(2π), √(z² + 2ε) − z): δ(ε; μ) ≤ δ(0; μ) ≤ μ/√(2π), and Φ(μ/2 − ε/μ) ≤ δ below the second."""
@@ -160,6 +168,7 @@ def log_integral(factors):
         return log_i, (err + tail) / val + M(10) ** (5 - DPS) * (1 + abs(log_i))
 
 
+@STORE.memo
 def rnm_eps(d, sigma, sensitivity, a, b):
     """(ε_RNM, error) = log J(a − b + 2Δ) − log J(a − b), J(y) = ∫ φ(z) Φ(z + y/σ)^{d−1} dz; inputs exact."""
     with mpmath.workdps(DPS):
@@ -169,6 +178,7 @@ def rnm_eps(d, sigma, sensitivity, a, b):
         return num - den, e1 + e2
 
 
+@STORE.memo
 def at_eps(t, rho, sigma_x, sigma_z, sensitivity, a, b):
     """(ε_AT(t), error) = log I(Δ) − log I(0),
     I(v) = ∫ φ(x) Φ((ρ + σ_X x − b + v)/σ_Z)^{t−1} Φ((a + v − ρ − σ_X x)/σ_Z) dx; inputs exact."""

@@ -14,11 +14,18 @@ import warnings
 
 import mpmath
 
-__all__ = ["DPS", "dpa_bracket", "gdp_delta", "gdp_epsilon", "gdp_epsilon_float", "prv_bracket"]
+from tests.accounting.reference_store import ReferenceStore
+
+__all__ = ["DPS", "STORE", "dpa_bracket", "gdp_delta", "gdp_epsilon", "gdp_epsilon_bracket", "gdp_epsilon_float",
+           "gdp_epsilon_float_bracket", "prv_bracket"]
 
 DPS = 60
 _MP = mpmath.MPContext()
 _MP.dps = DPS
+# the expensive references of tests/accounting/test_pld_certified.py, stored (tests/accounting/reference_store.py);
+# the recheck allows 1e-12 relative for the float FFTs of dp-accounting and prv_accountant on another machine
+STORE = ReferenceStore("pld_certified", libraries=("dp-accounting", "prv-accountant"), mpmath_dps=DPS,
+                       rel_tol=1e-12)
 
 
 def gdp_delta(eps, mu) -> mpmath.mpf:
@@ -44,12 +51,13 @@ def gdp_epsilon_float(mu: float, delta: float) -> float:
     return brentq(f, 0.0, hi, xtol=1e-13, rtol=1e-14)
 
 
-def gdp_epsilon(mu: float, delta: float, rel_tol: float = 1e-13) -> mpmath.mpf:
-    """ε with δ(ε) = δ by bisection on gdp_delta (decreasing in ε), to |width| ≤ rel_tol·max(1, ε): the bracket
-    starts around the float solution and is widened until gdp_delta itself confirms the sign change."""
+def gdp_epsilon_bracket(mu: float, delta: float, rel_tol: float = 1e-13) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """[lo, hi] with gdp_delta(lo) > δ ≥ gdp_delta(hi) and hi − lo ≤ rel_tol·max(1, ε), by bisection on gdp_delta
+    (decreasing in ε): the bracket starts around the float solution and is widened until gdp_delta itself confirms
+    the sign change. (0, 0) when δ(0) ≤ δ already."""
     d = _MP.mpf(delta)
     if gdp_delta(0, mu) <= d:
-        return _MP.mpf(0)
+        return _MP.mpf(0), _MP.mpf(0)
     g = gdp_epsilon_float(mu, delta)
     w = 1e-7 * max(1.0, g)
     lo, hi = max(0.0, g - w), g + w
@@ -67,7 +75,27 @@ def gdp_epsilon(mu: float, delta: float, rel_tol: float = 1e-13) -> mpmath.mpf:
             lo = mid
         else:
             hi = mid
+    return lo, hi
+
+
+@STORE.memo
+def gdp_epsilon(mu: float, delta: float, rel_tol: float = 1e-13) -> mpmath.mpf:
+    """ε with δ(ε) = δ to |width| ≤ rel_tol·max(1, ε): the midpoint of `gdp_epsilon_bracket`."""
+    lo, hi = gdp_epsilon_bracket(mu, delta, rel_tol)
     return (lo + hi) / 2
+
+
+@STORE.memo
+def gdp_epsilon_float_bracket(mu: float, delta: float) -> tuple[float, float]:
+    """Floats a ≤ lo and b ≥ hi around `gdp_epsilon_bracket`, so gdp_delta(a) > δ ≥ gdp_delta(b) (δ(ε) decreases):
+    an enclosure [lower, upper] with upper ≥ b and lower ≤ a (or lower = 0) contains the exact ε."""
+    lo, hi = gdp_epsilon_bracket(mu, delta)
+    a, b = float(lo), float(hi)
+    if a > lo:
+        a = math.nextafter(a, -math.inf)
+    if b < hi:
+        b = math.nextafter(b, math.inf)
+    return a, b
 
 
 def _dpa_pld(q: float, sigma: float, steps: int, interval: float, pessimistic: bool, relation: str):
@@ -82,6 +110,7 @@ def _dpa_pld(q: float, sigma: float, steps: int, interval: float, pessimistic: b
     return one.self_compose(steps)
 
 
+@STORE.memo
 def dpa_bracket(phases, deltas, interval: float, relation: str = "add_remove") -> list[tuple[float, float]]:
     """dp-accounting's [optimistic, pessimistic connect-the-dots] ε for each δ, phases composed in order."""
     out = {}
@@ -94,6 +123,7 @@ def dpa_bracket(phases, deltas, interval: float, relation: str = "add_remove") -
     return list(zip(out[False], out[True]))
 
 
+@STORE.memo
 def prv_bracket(q: float, sigma: float, steps: int, deltas, eps_error: float) -> list[tuple[float, float] | None]:
     """prv_accountant 0.2.0's (eps_low, eps_up) for each δ (one composition, delta_error = min δ/1000); None
     where it refuses (its float guard for tiny δ, or a δ below its mass at infinity)."""

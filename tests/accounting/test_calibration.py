@@ -16,8 +16,15 @@ from hypothesis import strategies as st
 
 from privcheck.accounting import Calibration, CalibrationInfeasible, calibrate_sigma, calibrate_steps
 from privcheck.accounting.calibration import SEARCH_INTERVAL
+from tests.accounting.reference_store import ReferenceStore
+
+# dp-accounting's figures are stored references keyed on their exact inputs (tests/accounting/reference_store.py):
+# a σ that privcheck's calibration moves is simply computed live. `test_stored_references_match_live` recomputes
+# a seeded sample on every run.
+STORE = ReferenceStore("calibration", libraries=("dp-accounting",), rel_tol=1e-12)
 
 
+@STORE.memo
 def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
     acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
                                                value_discretization_interval=interval)
@@ -46,6 +53,11 @@ def test_math_eps8_row_calibration():
     out = json.loads(json.dumps(cal.to_json(), allow_nan=False))
     assert out["value"] == cal.value and out["bracket"] == [lo, hi] and out["epsilon"] <= 8.0
     assert out["inputs"]["interval"] == SEARCH_INTERVAL
+
+
+def test_stored_references_match_live():
+    STORE.recheck(2, seed=1, where=lambda a: a[2] <= 5)
+    STORE.recheck(1, seed=2, where=lambda a: a[2] == 50)           # the Table VII row
 
 
 @settings(max_examples=4)

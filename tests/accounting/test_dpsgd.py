@@ -34,8 +34,12 @@ from privcheck.accounting import (
 )
 from privcheck.accounting.dpsgd import delta_single_float
 from privcheck.numerics import crosscheck
+from tests.accounting.reference_store import ReferenceStore
 
 DPS = 60
+# dp-accounting's accountant and the mpmath quadrature below are stored references (tests/accounting/
+# reference_store.py); `test_stored_references_match_live` recomputes a seeded sample of them on every run
+STORE = ReferenceStore("dpsgd", libraries=("dp-accounting",), mpmath_dps=DPS, rel_tol=1e-12)
 
 # Table VI (docs/accounting.md): (id, n, m, T, σ from Table VII, PLD paper, PLD repro, RDP dp-accounting 0.6.0,
 # optimal RDP order printed in the paper)
@@ -51,6 +55,7 @@ TABLE_VI = [
 ROWS = [pytest.param(*row[1:], id=row[0]) for row in TABLE_VI]
 
 
+@STORE.memo
 def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
     """ε from dp-accounting's own accountant API not through the library."""
     acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
@@ -60,6 +65,18 @@ def dpa_epsilon(q, sigma, T, delta, interval=1e-4):
 
 
 # --- exact single round in mpmath (written here) --------------------------------------------------
+
+@STORE.memo
+def quadrature_delta_single(q, sigma, eps):
+    """mpmath quadrature of the single-round densities (privcheck.numerics.crosscheck, its default precision)."""
+    return crosscheck.subsampled_gaussian_delta_single_round(q, sigma, eps)
+
+
+def test_stored_references_match_live():
+    STORE.recheck(2, seed=1, function="dpa_epsilon", where=lambda a: a[2] <= 20)
+    STORE.recheck(1, seed=2, function="dpa_epsilon", where=lambda a: a[2] >= 50 and a[1] > 1)   # MATH ε=1 row
+    STORE.recheck(2, seed=3, function="quadrature_delta_single")
+
 
 def mp_delta_ab(q, sigma, eps):
     """H_{e^ε}(A‖B), A = (1−q)N(0,σ²) + qN(1,σ²), B = N(0,σ²), for any real ε.
@@ -197,8 +214,8 @@ def test_single_round_certified_brackets_the_exact_root(cfg, single_round_result
     assert mp_delta_single(q, sigma, cert.upper) <= delta
     assert mp_delta_single(q, sigma, cert.lower) > delta
     # mpmath quadrature of the densities (independent of any closed form)
-    assert crosscheck.subsampled_gaussian_delta_single_round(q, sigma, cert.upper) <= delta
-    assert crosscheck.subsampled_gaussian_delta_single_round(q, sigma, cert.lower) > delta
+    assert quadrature_delta_single(q, sigma, cert.upper) <= delta
+    assert quadrature_delta_single(q, sigma, cert.lower) > delta
 
 
 @pytest.mark.parametrize("cfg", SINGLE, ids=[f"q{q:.3g}-s{s:.3g}-d{d:.0e}" for q, s, d in SINGLE])

@@ -31,6 +31,11 @@ from privcheck.accounting import (
     event_from_json,
 )
 from privcheck.errors import InvalidParameter
+from tests.accounting.reference_store import ReferenceStore
+
+# dp-accounting's PLDAccountant figures are stored references (tests/accounting/reference_store.py);
+# `test_stored_references_match_live` recomputes a seeded sample of them on every run
+STORE = ReferenceStore("events", libraries=("dp-accounting",), rel_tol=1e-12)
 
 ITP = PrivITPParams(candidates=16, beta=0.05, sigma_x=0.05, sigma_z=0.05, headroom=0.5, sensitivity=0.01,
                     delta=1e-5, r_max=1.0)
@@ -111,6 +116,21 @@ def test_record_carries_its_event_and_delta():
 
 # --- independent references: dp-accounting's own accountants on `to_dp_event()` ---------------------------------
 
+@STORE.memo
+def pld_accountant_epsilon(event_json: str, delta: float) -> float:
+    """dp-accounting's PLDAccountant (its default interval) on the event's `to_dp_event()`."""
+    event = event_from_json(json.loads(event_json))
+    acc = PLDAccountant(neighboring_relation=event.phases[0].relation.to_dp_accounting()
+                        if isinstance(event, CompositionHistory) else event.relation.to_dp_accounting())
+    acc.compose(event.to_dp_event())
+    return float(acc.get_epsilon(delta))
+
+
+def test_stored_references_match_live():
+    # the cheapest stored ones (the 64-round event and the three-round replace-one event)
+    STORE.recheck(2, seed=1, where=lambda a: '"steps": 64' in a[0] or '"steps": 3' in a[0])
+
+
 @pytest.mark.parametrize("event, delta", [
     (PoissonGaussianEvent(0.1, 3.0, 64), 1e-6),
     (PoissonGaussianEvent(128 / 6988, 0.4842404738068581, 50), 1 / 69880),
@@ -119,10 +139,7 @@ def test_record_carries_its_event_and_delta():
     (CompositionHistory.parse("2.0:0.01:100,1.0:0.02:50,0.9:0.02:7"), 1e-6),
 ])
 def test_pld_equals_dp_accountings_pld_accountant_on_our_dp_event(event, delta):
-    acc = PLDAccountant(neighboring_relation=event.phases[0].relation.to_dp_accounting()
-                        if isinstance(event, CompositionHistory) else event.relation.to_dp_accounting())
-    acc.compose(event.to_dp_event())
-    reference = acc.get_epsilon(delta)
+    reference = pld_accountant_epsilon(json.dumps(event.to_json(), sort_keys=True), delta)
     # the float cross-check is dp-accounting's figure exactly; the reported (certified) figure encloses the exact
     # ε and sits at most its stated gap above dp-accounting's pessimistic float estimate
     assert epsilon(event, delta, method="pld_float").value == pytest.approx(reference, rel=1e-9, abs=1e-9)

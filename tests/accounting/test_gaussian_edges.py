@@ -55,6 +55,13 @@ def check_mu_bracket(mu_holds: float, mu_fails: float, eps: float, delta: float)
     assert _mp_delta_le(eps, Fraction(mu_holds), delta), "reported μ does not meet (ε, δ)"
 
 
+def test_stored_oracles_match_live():
+    for i, name in enumerate(("gauss_mu_max", "gauss_epsilon_root", "gauss_mu_root")):
+        O.STORE.recheck(5, seed=i, function=name)
+    O.STORE.recheck(1, seed=3, function="rnm_eps")
+    O.STORE.recheck(1, seed=4, function="at_eps")
+
+
 # --- analytic Gaussian: ε -------------------------------------------------------------------------------------
 
 def legal_sigma(delta: float, u: float, k: int) -> tuple[float, float, Fraction] | None:

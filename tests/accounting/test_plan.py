@@ -18,6 +18,11 @@ from privcheck.accounting import (
     epsilon,
 )
 from privcheck.errors import CalibrationMismatch, InvalidParameter
+from tests.accounting.reference_store import ReferenceStore
+
+# dp-accounting's figures are stored references keyed on their exact inputs (tests/accounting/reference_store.py);
+# `test_stored_references_match_live` recomputes one on every run
+STORE = ReferenceStore("plan", libraries=("dp-accounting",), rel_tol=1e-12)
 
 # The user's example of the issue: n = 6, m = 3 (q = 0.5), T = 2, δ = 1/60, calibrated for ε = 2.
 BASE = dict(records=6, sampling_rate=0.5, clip_norm=1.0, steps=2, delta=1 / 60)
@@ -37,19 +42,24 @@ def test_plan_epsilon_is_the_event_epsilon(calibrated):
     assert claim["event"] == calibrated.event.to_json() and claim["neighboring"] == "add_remove"
 
 
-def _dp_accounting_epsilon(q, sigma, steps, delta):
+@STORE.memo
+def dp_accounting_epsilon(q, sigma, steps, delta):
     """The independent oracle: dp-accounting's own PLDAccountant on its own event objects."""
     accountant = PLDAccountant()
     accountant.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps))
-    return accountant.get_epsilon(delta)
+    return float(accountant.get_epsilon(delta))
+
+
+def test_stored_references_match_live():
+    STORE.recheck(1, seed=1, where=lambda a: a[2] == 2)
 
 
 def test_uncalibrated_plan_reports_the_true_epsilon_of_its_parameters():
     plan = DPSGDPlan(noise_multiplier=0.7, **BASE)
     assert plan.calibration is None
     # the reported (certified) figure encloses the exact ε; dp-accounting's float figure lies within its gap
-    record, reference = plan.epsilon(), _dp_accounting_epsilon(0.5, 0.7, 2, 1 / 60)
+    record, reference = plan.epsilon(), dp_accounting_epsilon(0.5, 0.7, 2, 1 / 60)
     assert record.certified.lower <= reference + 1e-9 and record.value - reference <= max(record.certified.width, 1e-6)
     assert plan.epsilon(method="pld_float").value == pytest.approx(reference, rel=1e-9)
     assert plan.epsilon().value > 3.4                                      # far above the forged 0.001
@@ -76,7 +86,7 @@ def test_foreign_calibration_is_refused(calibrated):
 def test_replace_never_keeps_a_stale_calibration(calibrated):
     longer = calibrated.replace(steps=40)
     assert longer.calibration is None and longer.target_epsilon is None
-    reference = _dp_accounting_epsilon(0.5, calibrated.noise_multiplier, 40, 1 / 60)
+    reference = dp_accounting_epsilon(0.5, calibrated.noise_multiplier, 40, 1 / 60)
     assert longer.epsilon(method="pld_float").value == pytest.approx(reference, rel=1e-9)
     record = longer.epsilon()
     assert record.certified.lower <= reference + 1e-9 and record.value - reference <= max(record.certified.width, 1e-6)

@@ -46,9 +46,16 @@ def coarse_interval(mu: float) -> float:
 
 
 def gdp_encloses(mu: float, delta: float, lower: float, upper: float) -> bool:
-    """exact ε(δ) ∈ [lower, upper] for μ-GDP, decided by the 60-digit profile at both ends."""
+    """exact ε(δ) ∈ [lower, upper] for μ-GDP, decided by the 60-digit profile at both ends.
+
+    Shortcut: where the store holds floats a ≤ b with δ(a) > δ ≥ δ(b) for (μ, δ) (a 60-digit bisection, made
+    once; `test_stored_gdp_brackets_are_proved_live` proves a seeded sample of them on every run), upper ≥ b and
+    lower ≤ a decide "inside" by monotonicity alone; anything else is decided by the profile itself."""
     if not (0.0 <= lower <= upper) or not math.isfinite(upper):
         return False
+    stored = ref.gdp_epsilon_float_bracket.lookup(mu, delta)
+    if stored is not None and upper >= stored[1] and (lower == 0.0 or lower <= stored[0]):
+        return True
     if ref.gdp_delta(upper, mu) > delta:
         return False
     return lower == 0.0 or ref.gdp_delta(lower, mu) >= delta
@@ -92,6 +99,17 @@ def test_q1_enclosure_holds_for_ten_thousand_triples(q1_sweep):
     assert misses == [], f"{len(misses)} enclosures miss the exact μ-GDP ε, e.g. {misses[:5]}"
     assert failures == [], f"accountant failed on legal inputs: {failures}"
     assert checked >= 10 ** 4
+
+
+def test_stored_gdp_brackets_are_proved_live(q1_sweep):
+    """The stored 60-digit brackets that let `gdp_encloses` skip the profile: 40 of them (seeded) are proved
+    here by the profile itself, δ(a) > δ ≥ δ(b), and recomputed by bisection; 20 stored bisection roots too."""
+    checked = ref.STORE.recheck(40, seed=7, function="gdp_epsilon_float_bracket")
+    for _, (mu, delta), (a, b) in checked:
+        assert a <= b and ref.gdp_delta(b, mu) <= delta
+        assert ref.gdp_delta(a, mu) > delta or a == b == 0.0
+    ref.STORE.recheck(20, seed=8, function="gdp_epsilon")
+    assert len(ref.STORE.stored_calls("gdp_epsilon_float_bracket")) >= 10 ** 4
 
 
 def test_q1_bisection_solution_inside_enclosure(q1_sweep):
@@ -189,6 +207,13 @@ def test_q_below_one_never_below_the_peers_and_brackets_intersect(subsampled):
     checked, problems, _, skipped = subsampled
     assert problems == [], problems
     assert checked >= 9, (checked, skipped)
+
+
+def test_stored_peer_references_match_live():
+    """dp-accounting's and prv_accountant's brackets are stored (tests/accounting/reference_store.py); two of each,
+    seeded among the cheap ones (≤ 300 rounds), are recomputed live here and must equal the stored ones."""
+    ref.STORE.recheck(2, seed=3, function="dpa_bracket", where=lambda a: sum(p[2] for p in a[0]) <= 300)
+    ref.STORE.recheck(2, seed=4, function="prv_bracket", where=lambda a: a[2] <= 300)
 
 
 def test_q_below_one_returns_on_every_legal_point(subsampled):

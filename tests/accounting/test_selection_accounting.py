@@ -5,6 +5,7 @@ rejection probabilities computed here by mpmath quadrature over the uniform thre
 P_rej(r) = ∫_0^1 Φ((λ̃ + c·u − r)/σ_Z) du, P_acc = 1 − P_rej (no G function involved).
 """
 
+import json
 import math
 
 import mpmath
@@ -28,6 +29,11 @@ from privcheck.accounting import (
 )
 from privcheck.accounting.selection import kappa_midpoint_float
 from privcheck.errors import InvalidParameter
+from tests.accounting.reference_store import ReferenceStore
+
+# the mpmath quadrature oracle is stored, keyed on its exact inputs (tests/accounting/reference_store.py);
+# `test_stored_quadrature_matches_live` recomputes one on every run (mpmath is deterministic: exact)
+STORE = ReferenceStore("selection_accounting", mpmath_dps=30, rel_tol=0.0)
 
 O3 = dict(r_max=1.0, sensitivity=0.01, headroom=0.5, sigma_z=0.05)
 # λ̃: (c, κ, κ_acc, ε2(t=1), ε2(t=4), ε2(t=16), fallback n=16)
@@ -121,6 +127,12 @@ def _mp_kappas_closed_form(p, lt, dps=50):
 
 
 def _mp_kappas(p, lt):
+    return mp_kappas_quadrature(json.dumps(p.to_json(), sort_keys=True), lt)
+
+
+@STORE.memo
+def mp_kappas_quadrature(params_json: str, lt: float):
+    p = PrivITPParams(**json.loads(params_json))
     c = p.threshold_width(lt)
     with mpmath.workdps(30):
         rej = lambda r: _mp_rej(r, lt, c, p.sigma_z)  # noqa: E731
@@ -139,6 +151,10 @@ def test_enclosure_contains_mpmath_closed_form(lt, sz, L, d):
     assert pair.kappa.lower - 1e-13 <= k <= pair.kappa.upper + 1e-13
     assert pair.kappa_acc.lower - 1e-13 <= ka <= pair.kappa_acc.upper + 1e-13
     assert pair.kappa.value >= 0 and pair.kappa_acc.value >= 0
+
+
+def test_stored_quadrature_matches_live():
+    STORE.recheck(1, seed=1)
 
 
 @pytest.mark.parametrize("lt, sz, L, d", [(0.5, 0.03125, 0.0, 0.125), (0.2, 0.05, 0.5, 0.01), (-0.2, 0.3, 1.5, 0.1)])

@@ -11,6 +11,7 @@ through the analytic-Gaussian δ(ε) (decreasing in ε): δ(reported ε1) ≤ δ
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
 
@@ -30,6 +31,11 @@ from privcheck.accounting.selection import (
     privitp_phase1_epsilon,
 )
 from privcheck.errors import InvalidParameter
+from tests.accounting.reference_store import ReferenceStore
+
+# the mpmath oracles below are stored, keyed on their exact inputs (tests/accounting/reference_store.py);
+# `test_stored_oracles_match_live` recomputes a seeded sample on every run (mpmath is deterministic: exact)
+STORE = ReferenceStore("selection_edges", mpmath_dps=60, rel_tol=0.0)
 
 TINY = 2.0 ** -1070          # slack for values below the float range (absolute-radius enclosures)
 
@@ -72,6 +78,12 @@ def _kappa_tail_bound(p: PrivITPParams, lt: float):
 def oracle_kappas(p: PrivITPParams, lt: float, c: float | Fraction | None = None):
     """(κ, κ_acc) from the closed form with the mechanism's float c (or the given exact c), high precision."""
     c = p.threshold_width(lt) if c is None else c
+    return oracle_kappas_at(json.dumps(p.to_json(), sort_keys=True), lt, c)
+
+
+@STORE.memo
+def oracle_kappas_at(params_json: str, lt: float, c: float | Fraction):
+    p = PrivITPParams(**json.loads(params_json))
 
     def pieces():
         s, lam, cc = _mpf(p.sigma_z), _mpf(lt), _mpf(c)
@@ -87,6 +99,11 @@ def oracle_kappas(p: PrivITPParams, lt: float, c: float | Fraction | None = None
     return kappa, _stable(lambda: pieces()[1])
 
 
+def test_stored_oracles_match_live():
+    STORE.recheck(15, seed=1, function="oracle_kappas_at")
+    STORE.recheck(15, seed=2, function="oracle_bon")
+
+
 def oracle_delta(eps, mu):
     """Analytic-Gaussian δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ) (Balle & Wang), at 80 digits."""
     with mpmath.workdps(80):
@@ -94,6 +111,7 @@ def oracle_delta(eps, mu):
         return mpmath.ncdf(m / 2 - e / m) - mpmath.exp(e) * mpmath.ncdf(-m / 2 - e / m)
 
 
+@STORE.memo
 def oracle_bon(n: int, r_lo: float, r_hi: float, d: float, sigma: float):
     """log(1 + m e^{R/σ}) − log(1 + m e^{(R−2Δ)/σ}), R exact; exponentials formed directly while they fit."""
     def f():

@@ -29,6 +29,7 @@ from privcheck.cli import main
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy, derive_seed
 from tests.audits.doc_console import console_commands, run_cli, same, section
+from tests.audits.power_memo import memoized_power
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -36,6 +37,14 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def each_search_once():
+    """Serial and Ray plans of the same (m, δ, seed) repeat the driver's ε searches: each is computed once
+    (tests/audits/power_memo.py). The Monte Carlo tasks, which is what runs on Ray, are never cached."""
+    with memoized_power():
+        yield
 
 
 def square_unless_three(x):

@@ -1,11 +1,12 @@
 """The DP-GRPO gradient-canary audit (audits/dpgrpo_canary.py, audits/cli/dpgrpo.py; docs/audits.md, "Auditing
 DP-GRPO in one run").
 
-One seeded end-to-end audit (tiny-cpu model and task, 4 real records, q = 0.5, T = 10, 300 added Dirac canaries,
-ε = 8 at δ = 1/(10·n′)) is run once per module and inspected from several sides. Expected values are recomputed
-here, independently of the code under test: the commitment by hand from its byte layout sha256(salt ‖ ids ‖ bits),
-the LLR as the log-ratio of the two Gaussian mixtures with scipy's `norm.logpdf`, the AUROC by counting pairs, the
-divisor from public numbers, realised inclusions from the log, the certified ε from the accountant's entry point.
+One seeded end-to-end audit (tiny-cpu model and task with 2 public pretraining steps, 4 real records, q = 0.5,
+T = 10, 300 added Dirac canaries, ε = 8 at δ = 1/(10·n′)) is run once per module and inspected from several sides.
+Expected values are recomputed here, independently of the code under test: the commitment by hand from its byte
+layout sha256(salt ‖ ids ‖ bits), the LLR as the log-ratio of the two Gaussian mixtures with scipy's `norm.logpdf`,
+the AUROC by counting pairs, the divisor from public numbers, realised inclusions from the log, the certified ε from
+the accountant's entry point.
 
 Why the seeded assertions are not fragile: the audit's ε_lower can never exceed the ceiling ε_max(300) = 4.32 at
 this δ (the bound with every guess correct) while the certified ε is 8, and with the power plan's score model
@@ -38,14 +39,26 @@ CLI_M = 16           # canaries of the command-line test
 TARGET_EPS = 8.0
 
 
+def light_preset():
+    """tiny-cpu with 2 public pretraining steps instead of 100: the masked Dirac canaries' statistic does not read
+    the weights (the full pretraining is audited in tests/bug_zoo/test_dpgrpo_audits.py and by the input-space
+    audit, whose canaries do read them)."""
+    from mechanisms.dpgrpo import presets
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(presets.PRESETS, "tiny-cpu-light", dataclasses.replace(presets.TINY_CPU, name="tiny-cpu-light",
+                                                                          pretrain_steps=2))
+        return dc.audit_preset("tiny-cpu-light")
+
+
 @pytest.fixture(scope="module")
 def audit(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("dpgrpo_audit")
     try:
-        yield dc.run_gradient_canary_audit(preset="tiny-cpu", canaries=M, out_dir=out, seed=SEED, rounds=T, q=Q,
-                                           n_real=N_REAL, plan_sims=50)
+        yield dc.run_gradient_canary_audit(preset=light_preset(), canaries=M, out_dir=out, seed=SEED, rounds=T,
+                                           q=Q, n_real=N_REAL, plan_sims=50)
     finally:
         torch.set_num_threads(threads)
 

@@ -177,3 +177,15 @@ def test_cli_audits_the_user_model_end_to_end(user_model, tmp_path, capsys):
     assert saved == {k: v for k, v in doc.items() if k in saved}
     assert doc["claim"]["mechanism"]["params"]["model"]["model_type"] == "gpt2"
     assert doc["claim"]["mechanism"]["params"]["n_canary"] == 20
+
+
+def test_cli_help_lists_the_registered_presets(capsys, monkeypatch):
+    """`audit dp-grpo --help` lists the presets registered when the help is printed (the parser is built without
+    importing audits.dpgrpo_canary; tests/test_cli.py checks that)."""
+    monkeypatch.setitem(dc.AUDIT_PRESETS, "zzregisteredlater", dc.AUDIT_PRESETS["tiny-cpu"])
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", "dp-grpo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0
+    assert "audit preset (task, records and mechanism constants; with --model, the model is yours): " \
+           + ", ".join(sorted(dc.AUDIT_PRESETS)) + " (default tiny-cpu)" in help_text

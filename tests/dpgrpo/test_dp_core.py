@@ -185,3 +185,32 @@ def test_privatize_fresh_noise_each_call():
     gen = torch.Generator().manual_seed(8)
     S = torch.zeros(100, dtype=torch.float64)
     assert not torch.equal(privatize(S, 1.0, 1.0, 1.0, 1, gen), privatize(S, 1.0, 1.0, 1.0, 1, gen))
+
+
+def test_clip_is_bit_identical_to_the_tensor_transcription():
+    """clip_flat against the rule written as one tensor expression, x·where(‖x‖ > C, C/‖x‖, 1) in float64 cast
+    back (torch forms C/‖x‖ as reciprocal times C), zero for a non-finite norm: the same bits for float32, float64
+    and bfloat16 vectors across scales, lengths and clip norms (seeded)."""
+    def transcription(v, C):
+        x = v.to(torch.float64)
+        norm = torch.linalg.vector_norm(x)
+        factor = torch.where(norm > C, C / norm, torch.ones_like(norm)) if math.isfinite(C) else torch.ones_like(norm)
+        return torch.where(torch.isfinite(norm), (x * factor).to(v.dtype), torch.zeros_like(v))
+
+    def bits(t):
+        return t.view({torch.bfloat16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}[t.dtype])
+
+    gen = torch.Generator().manual_seed(7)
+    Cs = [1e-6, 0.3, 1.0, 5.0, 1e25] + [float(c) for c in torch.rand(5, generator=gen, dtype=torch.float64) * 10]
+    compared = 0
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        vectors = [(torch.randn(n, generator=gen, dtype=torch.float64) * scale).to(dtype)
+                   for scale in (1e-30, 1e-3, 0.3, 1.0, 7.0, 1e20, 1e30) for n in (1, 2, 64, 8192)]
+        vectors += [torch.zeros(3, dtype=dtype), torch.tensor([-0.0, 0.0], dtype=dtype),
+                    torch.tensor([math.nan, 1.0], dtype=dtype), torch.tensor([math.inf, 1.0], dtype=dtype)]
+        for v in vectors:
+            for C in Cs:
+                assert torch.equal(bits(clip_flat(v, C)), bits(transcription(v, C))), (dtype, v[:3], C)
+                compared += 1
+            assert torch.equal(bits(clip_flat(v, math.inf, nonprivate=True)), bits(transcription(v, math.inf)))
+    assert compared == 3 * 32 * len(Cs)

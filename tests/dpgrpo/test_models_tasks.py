@@ -248,3 +248,18 @@ def test_tiny_qwen2_policy_shapes():
     assert any(p.dtype == torch.bfloat16 for p in bf.parameters() if not p.requires_grad)
     with pytest.raises(InvalidParameter, match="dtype"):
         build_tiny_qwen2_policy(0, torch.float64)
+
+
+def test_package_and_command_registration_do_not_import_torch():
+    """`import mechanisms.dpgrpo` names its public API lazily, and building privcheck's parser (which registers
+    `privcheck run dp-grpo`) imports neither torch, transformers nor peft (the command line starts fast); the
+    names still resolve on use."""
+    code = ("import sys; import mechanisms.dpgrpo as d; from privcheck.cli import build_parser; "
+            "build_parser(); "
+            "print(sorted(m for m in ('torch', 'transformers', 'peft') if m in sys.modules)); "
+            "print(d.DPTrainer.__module__, d.core.__name__, sorted(d.__all__) == sorted(n for n in d.__all__ "
+            "if hasattr(d, n)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "mechanisms.dpgrpo.trainer mechanisms.dpgrpo.core True"]

@@ -380,3 +380,38 @@ def test_bindings_expose_trainer_callables(fx):
     assert get("sample")(256, 0.5).dtype == torch.bool
     rewards = torch.tensor([1, 0, 0, 1])
     torch.testing.assert_close(get("advantages")(rewards), core.group_advantages(rewards))
+
+
+def test_fixed_vector_record_with_dropout_takes_one_rollout_draw_and_no_model_pass(fx, monkeypatch):
+    """With LoRA dropout on, a GradientRecord's pass returns its vector without switching the model to train
+    mode, and advances the rollout generator by exactly the one draw a real record's pass takes (so seeded
+    streams do not depend on how canaries are handled): its next draws equal a copy advanced by one draw."""
+    tr = trainer(fx, cfg(lora_dropout=0.05))
+    v = torch.linspace(-1.0, 1.0, tr.space.dim, dtype=torch.float64)
+    reference = TorchRandomness.seeded(5)
+    reference.rollout_draw()
+    modes, switches = [], []
+    hook = tr.model.register_forward_pre_hook(lambda m, a: modes.append(m.training))
+    tr.model.eval()
+    monkeypatch.setattr(tr.model, "train", lambda mode=True: switches.append(mode))
+    try:
+        got = tr.record_gradient(GradientRecord(v))
+    finally:
+        hook.remove()
+        monkeypatch.undo()
+    assert torch.equal(got, v.to(got.dtype)) and modes == [] and switches == [] and not tr.model.training
+    assert [tr.randomness.rollout_draw() for _ in range(3)] == [reference.rollout_draw() for _ in range(3)]
+    # a real record's pass takes the same single draw (its dropout seed), in train mode
+    tr2 = trainer(fx, cfg(lora_dropout=0.05))
+    records = fx[2][:1]
+    group = tr2.score(records, tr2.rollouts(tr2.model, records, "current"))[0]
+    reference = TorchRandomness.seeded(5)
+    reference.rollout_draw()
+    hook = tr2.model.register_forward_pre_hook(lambda m, a: modes.append(m.training))
+    try:
+        tr2.randomness.set_rollout_state(TorchRandomness.seeded(5).rollout_state())
+        tr2.record_gradient(records[0], group)
+    finally:
+        hook.remove()
+    assert modes and all(modes) and not tr2.model.training
+    assert [tr2.randomness.rollout_draw() for _ in range(3)] == [reference.rollout_draw() for _ in range(3)]

@@ -52,6 +52,13 @@ def tiny_config(**kw) -> SimulationConfig:
     return SimulationConfig(**base).validate()
 
 
+def stand_in_figures(body: dict) -> dict[str, bytes]:
+    """In place of `render_plots` (≈ 3 s of matplotlib) where a test checks the CLI wiring or the atomic write, not
+    the figures: distinct bytes under every figure name, hashed into the artifact like real PNGs. The real figures
+    are rendered and checked by `quick_run` (test_quick_run_writes_valid_artifact_and_plots)."""
+    return {name: PNG_MAGIC + f"stand-in {name}".encode() for name in FIGURES.values()}
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("quick")
@@ -137,7 +144,12 @@ def test_same_seed_same_curves_other_seed_other_curves():
     assert a["curves"]["scaling"]["bon"] != c["curves"]["scaling"]["bon"]
 
 
-def test_cli_quick(tmp_path, capsys):
+def test_cli_quick(tmp_path, capsys, monkeypatch):
+    """`--quick` reaches `run_simulation(quick=True)` (its config spied on, the tiny one run in its place; the quick
+    configuration itself runs in `quick_run`) and the printed payload is the written artifact's."""
+    quick = []
+    monkeypatch.setattr(SimulationConfig, "reduced", classmethod(lambda cls: quick.append(cls) or tiny_config()))
+    monkeypatch.setattr(sim_run, "render_plots", stand_in_figures)
     parser = argparse.ArgumentParser(prog="privcheck")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
@@ -147,11 +159,14 @@ def test_cli_quick(tmp_path, capsys):
     args = parser.parse_args(["simulate", "selection", "--out", str(tmp_path), "--quick", "--json"])
     assert args.seed == DEFAULT_SEED
     assert args.func(args) == 0
+    assert quick == [SimulationConfig]
     payload = json.loads(capsys.readouterr().out)
     assert payload["artifact"] == str(tmp_path / ARTIFACT)
     assert payload["randomness"]["privacy_release"] is False
     doc = json.loads((tmp_path / ARTIFACT).read_text("utf-8"))
     assert payload["sha256"] == doc["sha256"] and payload["observations"] == doc["observations"]
+    assert sorted(Path(f).name for f in payload["files"]) == sorted([ARTIFACT, *FIGURES.values()])
+    assert doc["config"] == tiny_config().to_json()
     bad = parser.parse_args(["simulate", "selection", "--out", str(tmp_path / "x"), "--quick", "--seed", "-3"])
     with pytest.raises(InvalidParameter) as err:
         bad.func(bad)
@@ -199,6 +214,7 @@ def test_no_partial_artifact_when_a_step_fails(tmp_path, monkeypatch, step):
 
     if step == "schema":                                   # an invalid document is never written
         monkeypatch.setattr(sim_run, "observations", lambda *a, **k: {"bogus": True})
+        monkeypatch.setattr(sim_run, "render_plots", stand_in_figures)     # figures staged before the schema fails
         expected = jsonschema.ValidationError
     else:
         monkeypatch.setattr(sim_run, step, boom)
@@ -224,6 +240,7 @@ def test_failed_write_removes_the_files_it_created(tmp_path, monkeypatch):
         return real(src, dst)
 
     monkeypatch.setattr(writer.os, "replace", failing)
+    monkeypatch.setattr(sim_run, "render_plots", stand_in_figures)
     with pytest.raises(OSError):
         run_simulation(out, seed=1, config=tiny_config())
     monkeypatch.undo()
