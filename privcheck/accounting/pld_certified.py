@@ -202,9 +202,9 @@ def _predicted_gap(cells, lam: float, h: float, beta: float) -> float:
     return _GAP_CONSTANT * total
 
 
-def _phi_pair(z: arb) -> tuple[int, arb]:
-    """(sign, small tail): Φ̄(z) for z ≥ 0, Φ(z) for z < 0 — the side that is accurate as a small number."""
-    r2 = arb(2).sqrt()
+def _phi_pair(z: arb, r2: arb) -> tuple[int, arb]:
+    """(sign, small tail): Φ̄(z) for z ≥ 0, Φ(z) for z < 0 — the side that is accurate as a small number
+    (r2 = √2 at the working precision)."""
     if z >= 0:
         return 1, (z / r2).erfc() / 2
     return -1, (-z / r2).erfc() / 2
@@ -230,11 +230,14 @@ def _interval_mass(a, b) -> arb:
 
 def _masses_arb(pair: Pair, losses: list[arb]):
     """For increasing loss points t_0 < ... < t_M: P- and Q-masses of (t_i, t_{i+1}], of {ℓ ≤ t_0}, {ℓ > t_M}."""
-    lo, hi = pair.loss_range()
     s = arb(pair.sigma)
+    r2 = arb(2).sqrt()
     means = pair.means
-    pw, qw = pair.arb_weights("p"), pair.arb_weights("q")
-    vals = []   # per point: list over means of _phi_pair or None, and x-order flag
+    inc = pair.increasing
+    # the mixture components that carry weight (zero weights are skipped, as exact zeros)
+    p_terms = [(mi, wt) for mi, wt in enumerate(pair.arb_weights("p")) if not wt == 0]
+    q_terms = [(mi, wt) for mi, wt in enumerate(pair.arb_weights("q")) if not wt == 0]
+    vals = []   # per point: list over means of _phi_pair, or "bottom"/"top" outside the loss range
     for t in losses:
         side = _range_side(pair, t)
         if side is not None:
@@ -243,31 +246,49 @@ def _masses_arb(pair: Pair, losses: list[arb]):
             x = pair.crossing_arb(t)
             if not x.is_finite():
                 raise CertificationError(f"crossing point of loss {t} is not finite")
-            vals.append([_phi_pair((x - m) / s) for m in means])
+            vals.append([_phi_pair((x - m) / s, r2) for m in means])
 
-    def mass(i, j, w):   # loss interval (t_i, t_j] with i = None for −∞ and j = None for +∞
-        total = arb(0)
-        for mi, wt in enumerate(w):
-            if wt == 0:
-                continue
-            a = None if i is None else vals[i]
-            b = None if j is None else vals[j]
-            a_gauss = _x_end(a, mi, pair.increasing, lower_loss=True)
-            b_gauss = _x_end(b, mi, pair.increasing, lower_loss=False)
-            if a_gauss == "empty" or b_gauss == "empty":
-                continue
-            if pair.increasing:
-                m = _interval_mass(a_gauss, b_gauss)
-            else:
-                m = _interval_mass(b_gauss, a_gauss)
-            total += wt * m
-        return total
+    needed = sorted({mi for mi, _ in p_terms} | {mi for mi, _ in q_terms})
+
+    def masses(i, j):   # (P, Q) of the loss interval (t_i, t_j], i = None for −∞ and j = None for +∞
+        a = None if i is None else vals[i]
+        b = None if j is None else vals[j]
+        if isinstance(a, list) and isinstance(b, list):     # both inside the loss range: `_interval_mass` inline
+            gauss = {}
+            for mi in needed:
+                (sa, ta), (sb, tb) = (a[mi], b[mi]) if inc else (b[mi], a[mi])
+                gauss[mi] = ta - tb if sa > 0 and sb > 0 else tb - ta if sa < 0 and sb < 0 else 1 - ta - tb
+            P, Q = arb(0), arb(0)
+            for mi, wt in p_terms:
+                P += wt * gauss[mi]
+            for mi, wt in q_terms:
+                Q += wt * gauss[mi]
+            return P, Q
+        gauss = {}      # a component's Gaussian mass of the interval, shared by P and Q (None: empty)
+
+        def component(mi):
+            if mi not in gauss:
+                a_gauss = _x_end(a, mi, inc, lower_loss=True)
+                b_gauss = _x_end(b, mi, inc, lower_loss=False)
+                if a_gauss == "empty" or b_gauss == "empty":
+                    gauss[mi] = None
+                else:
+                    gauss[mi] = _interval_mass(a_gauss, b_gauss) if inc else _interval_mass(b_gauss, a_gauss)
+            return gauss[mi]
+
+        out = []
+        for terms in (p_terms, q_terms):
+            total = arb(0)
+            for mi, wt in terms:
+                m = component(mi)
+                if m is not None:
+                    total += wt * m
+            out.append(total)
+        return out[0], out[1]
 
     M = len(losses) - 1
-    between = [(mass(i, i + 1, pw), mass(i, i + 1, qw)) for i in range(M)]
-    below = (mass(None, 0, pw), mass(None, 0, qw))
-    above = (mass(M, None, pw), mass(M, None, qw))
-    return between, below, above
+    between = [masses(i, i + 1) for i in range(M)]
+    return between, masses(None, 0), masses(M, None)
 
 
 def _range_side(pair: Pair, t: arb):
@@ -580,8 +601,9 @@ def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_
             logw = np.log(np.maximum(up, 1e-320)) - lam * s + float(log_zT.mid())
         memo["arrays"] = (s, up, lo, E_f, _float_delta_points(logw, s))
     s, up, lo, E_f, d_float = memo["arrays"]
-    hit = np.nonzero(d_float <= delta)[0]
-    j_guess = int(np.clip(hit[0] if len(hit) else N - 1, 1, N - 1))
+    below = d_float <= delta
+    hit = int(np.argmax(below))             # the first entry at or below δ, if any
+    j_guess = min(max(hit if below[hit] else N - 1, 1), N - 1)
     if "extra" not in memo:        # δ-independent: the mass above the window and at infinity
         memo["extra"] = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
     extra = memo["extra"]
@@ -629,6 +651,24 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float):
     return S1, S2, n, fac, under, fr, frp
 
 
+def _first_at_most(kf: float, nxt1: np.ndarray, exp_kfp: np.ndarray, nxt2: np.ndarray, extra: float,
+                   delta: float) -> int:
+    """The first index with kf·nxt1 − exp_kfp·nxt2 + extra ≤ δ (float δ(ε) guess), −1 if none. Evaluated in
+    growing blocks from the start: each entry is the same float expression, so the index is the one the whole
+    array gives, while the entries past the crossing are never formed."""
+    n = len(nxt1)
+    start, width = 0, 4096
+    while start < n:
+        stop = min(n, start + width)
+        with np.errstate(over="ignore", invalid="ignore"):
+            below = kf * nxt1[start:stop] - exp_kfp[start:stop] * nxt2[start:stop] + extra <= delta
+        hit = int(np.argmax(below))
+        if below[hit]:
+            return start + hit
+        start, width = stop, 2 * width
+    return -1
+
+
 def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, memo: dict | None = None) -> float:
     """Crossing of A_j − e^ε·B_j = δ on the segment ε ∈ [s_{j−1}, s_j), moving j until it lies inside."""
     N = len(c)
@@ -637,8 +677,10 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, 
     key = (side, i0)
     memo = {} if memo is None else memo
     if key not in memo:
-        memo[key] = _suffix_sums(c, s, i0, lam, h)
-    S1, S2, n, fac, under, fr, frp = memo[key]
+        sums = _suffix_sums(c, s, i0, lam, h)
+        # the sums shifted by one entry (the float segment guess below), made once per (side, i0), not per δ
+        memo[key] = sums, np.append(sums[0][1:], 0.0), np.append(sums[1][1:], 0.0)
+    (S1, S2, n, fac, under, fr, frp), nxt1, nxt2 = memo[key]
     # the factors at the reference depend on (i0, ref) only; the last ones are kept, so the lower side and a
     # following δ with the same reference reuse them (the float e^{s − ref} over the window is the costly part)
     last = memo.get("reference")
@@ -649,20 +691,16 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, 
             g0p = (-(arb(lam) + 1) * first).exp()
             K = log_zT.exp() * (-arb(lam) * arb(ref)).exp()
             Kg, Kgp = K * g0, K * g0p
+        kfp = float(K.mid()) * float(g0p.mid())
         with np.errstate(over="ignore", invalid="ignore"):
-            exp_ss = np.exp(s[i0:] - ref)
-        last = memo["reference"] = ((i0, ref), Kg, Kgp, float(K.mid()) * float(g0.mid()),
-                                    float(K.mid()) * float(g0p.mid()), exp_ss)
-    _, Kg, Kgp, kf, kfp, exp_ss = last
+            exp_kfp = np.exp(s[i0:] - ref) * kfp      # e^{s − ref}·kfp: the same floats as in the sum below
+        last = memo["reference"] = ((i0, ref), Kg, Kgp, float(K.mid()) * float(g0.mid()), exp_kfp)
+    _, Kg, Kgp, kf, exp_kfp = last
     with ctx.workprec(PREC):
         d = arb(delta)
         # the segment from the float sums (δ is decreasing), then corrected by the certified crossing itself
-        with np.errstate(over="ignore", invalid="ignore"):
-            nxt1 = np.append(S1[1:], 0.0)
-            nxt2 = np.append(S2[1:], 0.0)
-            df = kf * nxt1 - exp_ss * kfp * nxt2 + float(extra.mid())
-        below = np.nonzero(df <= delta)[0]
-        jj = int(below[0]) + 1 if len(below) else n - 1
+        hit = _first_at_most(kf, nxt1, exp_kfp, nxt2, float(extra.mid()), delta)
+        jj = hit + 1 if hit >= 0 else n - 1
         j = min(max(i0 + jj, i0 + 1), N - 1)
         seen = set()
         while j not in seen:
