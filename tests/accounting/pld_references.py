@@ -14,7 +14,7 @@ import warnings
 
 import mpmath
 
-from tests.accounting.reference_store import ReferenceStore
+from tests.accounting.reference_store import FFT_REL_TOL, ReferenceStore
 
 __all__ = ["DPS", "STORE", "dpa_bracket", "gdp_delta", "gdp_epsilon", "gdp_epsilon_bracket", "gdp_epsilon_float",
            "gdp_epsilon_float_bracket", "prv_bracket"]
@@ -23,9 +23,8 @@ DPS = 60
 _MP = mpmath.MPContext()
 _MP.dps = DPS
 # the expensive references of tests/accounting/test_pld_certified.py, stored (tests/accounting/reference_store.py);
-# the recheck allows 1e-12 relative for the float FFTs of dp-accounting and prv_accountant on another machine
 STORE = ReferenceStore("pld_certified", libraries=("dp-accounting", "prv-accountant"), mpmath_dps=DPS,
-                       rel_tol=1e-12)
+                       rel_tol=FFT_REL_TOL)
 
 
 def gdp_delta(eps, mu) -> mpmath.mpf:

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from privcheck.accounting import Calibration, CalibrationInfeasible, calibrate_sigma, calibrate_steps
 from privcheck.accounting.calibration import SEARCH_INTERVAL
-from tests.accounting.reference_store import ReferenceStore
+from tests.accounting.reference_store import FFT_REL_TOL, ReferenceStore
 
 # dp-accounting's figures are stored references keyed on their exact inputs (tests/accounting/reference_store.py):
 # a σ that privcheck's calibration moves is simply computed live. `test_stored_references_match_live` recomputes
 # a seeded sample on every run.
-STORE = ReferenceStore("calibration", libraries=("dp-accounting",), rel_tol=1e-12)
+STORE = ReferenceStore("calibration", libraries=("dp-accounting",), rel_tol=FFT_REL_TOL)
 
 
 @STORE.memo

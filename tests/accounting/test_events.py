@@ -31,11 +31,11 @@ from privcheck.accounting import (
     event_from_json,
 )
 from privcheck.errors import InvalidParameter
-from tests.accounting.reference_store import ReferenceStore
+from tests.accounting.reference_store import FFT_REL_TOL, ReferenceStore
 
 # dp-accounting's PLDAccountant figures are stored references (tests/accounting/reference_store.py);
 # `test_stored_references_match_live` recomputes a seeded sample of them on every run
-STORE = ReferenceStore("events", libraries=("dp-accounting",), rel_tol=1e-12)
+STORE = ReferenceStore("events", libraries=("dp-accounting",), rel_tol=FFT_REL_TOL)
 
 ITP = PrivITPParams(candidates=16, beta=0.05, sigma_x=0.05, sigma_z=0.05, headroom=0.5, sensitivity=0.01,
                     delta=1e-5, r_max=1.0)

@@ -18,11 +18,11 @@ from privcheck.accounting import (
     epsilon,
 )
 from privcheck.errors import CalibrationMismatch, InvalidParameter
-from tests.accounting.reference_store import ReferenceStore
+from tests.accounting.reference_store import FFT_REL_TOL, ReferenceStore
 
 # dp-accounting's figures are stored references keyed on their exact inputs (tests/accounting/reference_store.py);
 # `test_stored_references_match_live` recomputes one on every run
-STORE = ReferenceStore("plan", libraries=("dp-accounting",), rel_tol=1e-12)
+STORE = ReferenceStore("plan", libraries=("dp-accounting",), rel_tol=FFT_REL_TOL)
 
 # The user's example of the issue: n = 6, m = 3 (q = 0.5), T = 2, δ = 1/60, calibrated for ε = 2.
 BASE = dict(records=6, sampling_rate=0.5, clip_norm=1.0, steps=2, delta=1 / 60)
