@@ -4,6 +4,7 @@ Every artifact kind is written by `write_artifact` (one sealed JSON file) or `Ar
 moved into place together); see docs/artifacts.md.
 """
 
+from privcheck.artifacts.outdir import OutputBusy, check_output_directory, claim_output_directory
 from privcheck.artifacts.records import CheckResult, Claim, SuiteResult
 from privcheck.artifacts.report import render_markdown, render_report
 from privcheck.artifacts.schema import available_schemas, load_schema, validate
@@ -18,6 +19,6 @@ from privcheck.artifacts.writer import (
                                         write_atomic,
 )
 
-__all__ = ["ArtifactDirectory", "CheckResult", "Claim", "SuiteResult", "available_schemas", "canonical_json",
-           "dump_json", "load_schema", "render_markdown", "render_report", "seal", "sha256_of", "validate",
+__all__ = ["ArtifactDirectory", "CheckResult", "Claim", "OutputBusy", "SuiteResult", "available_schemas", "canonical_json",
+           "check_output_directory", "claim_output_directory", "dump_json", "load_schema", "render_markdown", "render_report", "seal", "sha256_of", "validate",
            "verify_seal", "write_artifact", "write_atomic"]
