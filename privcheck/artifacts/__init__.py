@@ -19,6 +19,7 @@ from privcheck.artifacts.writer import (
                                         write_atomic,
 )
 
-__all__ = ["ArtifactDirectory", "CheckResult", "Claim", "OutputBusy", "SuiteResult", "available_schemas", "canonical_json",
-           "check_output_directory", "claim_output_directory", "dump_json", "load_schema", "render_markdown", "render_report", "seal", "sha256_of", "validate",
-           "verify_seal", "write_artifact", "write_atomic"]
+__all__ = ["ArtifactDirectory", "CheckResult", "Claim", "OutputBusy", "SuiteResult", "available_schemas",
+           "canonical_json", "check_output_directory", "claim_output_directory", "dump_json", "load_schema",
+           "render_markdown", "render_report", "seal", "sha256_of", "validate", "verify_seal", "write_artifact",
+           "write_atomic"]
