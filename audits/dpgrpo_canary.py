@@ -41,9 +41,11 @@ report) are public here.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -68,15 +70,17 @@ from audits.strategies import Explicit
 from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
+from privcheck.serialization import dump_json
 
 __all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAME", "MODEL_WEIGHT_SUFFIXES",
            "PLAN_SIMS", "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME",
            "SEED_NAMESPACE", "TOKENIZER_FILES", "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary",
            "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config", "audit_plan",
            "audit_preset", "check_fresh_out", "check_seed", "check_trainer_cls", "checked_privacy_claim",
-           "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries", "local_audit_preset", "membership_seed",
-           "plan_params", "preregistered_report", "private_dir", "reserved_coordinates", "resolve_preset",
-           "run_gradient_canary_audit", "score_rounds", "split_log", "write_audit_files"]
+           "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries", "final_private_path",
+           "local_audit_preset", "membership_seed", "plan_params", "preregistered_report", "private_files",
+           "reserved_coordinates", "resolve_preset", "run_gradient_canary_audit", "score_rounds", "split_log",
+           "write_audit_files"]
 
 CANARY_TYPE = "gradient_dirac"
 SCORE_NAME = "whitebox_step_llr"
@@ -459,34 +463,46 @@ def check_fresh_out(out_dir) -> Path | None:
     return out
 
 
-def private_dir(out: Path | None) -> Path:
-    """out/private with mode 0700, where the hooks write the auditor's logs during training (one audit per
-    directory); a fresh temporary directory when there is no output directory."""
+@contextlib.contextmanager
+def private_files(out: Path | None):
+    """Where an audit writes its private files while it runs; yields (staging, private directory).
+
+    With an output directory: `staging` is an `ArtifactDirectory(out)` (holding out's lock for the whole audit)
+    and the private directory is `private/` inside its staging directory, so the auditor's logs reach out/private
+    together with the reveal and `audit.json` when the audit completes (`write_audit_files`), and never otherwise:
+    an exception or Ctrl-C removes them, and what a killed audit leaves (the staging directory) is removed by the
+    next writer of out, so an interrupted audit never blocks a rerun. Without one: (None, a fresh temporary
+    directory mode 0700) whose files the caller keeps, removed if the audit fails."""
     if out is None:
-        return Path(tempfile.mkdtemp(prefix="privcheck-audit-"))
-    private = out / PRIVATE_DIR
-    if (private / LOG_NAME).exists():
-        raise InvalidParameter("out", str(out), "a directory without a previous auditor log (one audit per directory)")
-    private.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-    os.chmod(private, PRIVATE_DIR_MODE)
-    return private
-
-
-def write_audit_files(out: Path | None, private: Path, reveal: dict, report: AuditReport
-                      ) -> tuple[Path | None, dict | None]:
-    """Write `private/reveal.json` (mode 0600) and, with an output directory, the sealed, schema-valid `audit.json`
-    together through `privcheck.artifacts.ArtifactDirectory` (both or neither); returns (artifact path, document)."""
+        private = Path(tempfile.mkdtemp(prefix="privcheck-audit-"))
+        try:
+            yield None, private
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+        return
     from privcheck.artifacts import ArtifactDirectory
 
-    if out is None:
-        with ArtifactDirectory(private) as staging:
-            staging.write_json(REVEAL_NAME, reveal, mode=PRIVATE_FILE_MODE)
-        return None, None
     with ArtifactDirectory(out) as staging:
-        staging.mkdir(PRIVATE_DIR, mode=PRIVATE_DIR_MODE)
-        staging.write_json(f"{PRIVATE_DIR}/{REVEAL_NAME}", reveal, mode=PRIVATE_FILE_MODE)
-        document = staging.write_json(ARTIFACT, audit_document(report), schema=SCHEMA_FILE)
-    return out / ARTIFACT, document
+        yield staging, staging.mkdir(PRIVATE_DIR, mode=PRIVATE_DIR_MODE)
+
+
+def final_private_path(staging, private: Path, name: str) -> Path:
+    """Where the private file `name` is once the audit is written (`private_files`)."""
+    return private / name if staging is None else staging.target / PRIVATE_DIR / name
+
+
+def write_audit_files(staging, private: Path, reveal: dict, report: AuditReport) -> tuple[Path | None, dict | None]:
+    """Stage `private/reveal.json` (mode 0600) and, with an output directory, the sealed, schema-valid `audit.json`
+    in the `private_files` staging (moved into out with the logs when the block ends: all or none); without one,
+    write the reveal into the temporary private directory. Returns (artifact path, document)."""
+    if staging is None:
+        from privcheck.artifacts import write_atomic
+        write_atomic(private / REVEAL_NAME, dump_json(reveal), mode=PRIVATE_FILE_MODE)
+        return None, None
+    staging.write_json(f"{PRIVATE_DIR}/{REVEAL_NAME}", reveal, mode=PRIVATE_FILE_MODE)
+    document = staging.write_json(ARTIFACT, audit_document(report), schema=SCHEMA_FILE)
+    return staging.target / ARTIFACT, document
 
 
 def membership_seed(seed: int) -> int:
@@ -724,22 +740,23 @@ def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, s
 
     # 2. Training with m added canary slots and the auditor's hooks.
     clock = time.perf_counter()
-    private = private_dir(out)
-    log_path = private / LOG_NAME
-    trainer, claim = _train(spec, design, membership, model, tokenizer, log_path, trainer_cls, seed)
-    epsilon_after = epsilon_with_canaries(trainer, claim, design.plan)
-    timings["train_s"] = time.perf_counter() - clock
+    with private_files(out) as (staging, private):
+        log_path = private / LOG_NAME
+        trainer, claim = _train(spec, design, membership, model, tokenizer, log_path, trainer_cls, seed)
+        epsilon_after = epsilon_with_canaries(trainer, claim, design.plan)
+        timings["train_s"] = time.perf_counter() - clock
 
-    # 3–5. Score from the log, freeze, reveal, verify, test; diagnostics beside the test.
-    clock = time.perf_counter()
-    report, frozen, signs = analyse_log(log_path, design, membership, salt, mechanism_params={
-        "epsilon_with_canaries": epsilon_after, "trainer": type(trainer).__name__, **spec.source,
-        "privacy_release": bool(trainer.privacy_release and membership.audit_release)})
-    reveal = {"commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
-              "bits": "".join("1" if s == 1 else "0" for s in signs),
-              "preregistration": design.preregistration.to_json(),
-              "preregistration_digest": design.preregistration.digest}
-    artifact, document = write_audit_files(out, private, reveal, report)
+        # 3–5. Score from the log, freeze, reveal, verify, test; diagnostics beside the test.
+        clock = time.perf_counter()
+        report, frozen, signs = analyse_log(log_path, design, membership, salt, mechanism_params={
+            "epsilon_with_canaries": epsilon_after, "trainer": type(trainer).__name__, **spec.source,
+            "privacy_release": bool(trainer.privacy_release and membership.audit_release)})
+        reveal = {"commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
+                  "bits": "".join("1" if s == 1 else "0" for s in signs),
+                  "preregistration": design.preregistration.to_json(),
+                  "preregistration_digest": design.preregistration.digest}
+        artifact, document = write_audit_files(staging, private, reveal, report)
+        log_path = final_private_path(staging, private, LOG_NAME)
     timings["analyse_s"] = time.perf_counter() - clock
     return GradientAuditResult(report, design, frozen.values, signs, frozen.frozen_at, membership.revealed_at,
                                epsilon_after, claim, log_path, artifact, document, timings)

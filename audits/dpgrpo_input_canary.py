@@ -64,8 +64,9 @@ from audits.dpgrpo_canary import (
     check_seed,
     check_trainer_cls,
     epsilon_with_canaries,
+    final_private_path,
     membership_seed,
-    private_dir,
+    private_files,
     resolve_preset,
     write_audit_files,
 )
@@ -211,36 +212,39 @@ def _run(spec: AuditPreset, *, m, m_pilot, digits, q, T, n_real, confidence, tar
     # 2. The privacy plan, the public pilot, the power plan and the pre-registered guess rule.
     plan = audit_plan(n_real=n_real, m=m, q=q, T=T, target_epsilon=target_epsilon, C=C)
     config = audit_config(spec, plan, seed=seed)
-    private = private_dir(out)
-    design = design_input_audit(spec, model, tokenizer, plan, config, canaries=canaries, pilot_prompts=prompts[m:],
-                                digits=digits, n_real=n_real, confidence=confidence, seed=seed,
-                                plan_sims=plan_sims, commitment=commitment, label_commitment=label_commitment,
-                                pretraining=pretrain_summary, private=private, trainer_cls=trainer_cls)
-    timings["design_s"] = time.perf_counter() - clock
+    with private_files(out) as (staging, private):
+        design = design_input_audit(spec, model, tokenizer, plan, config, canaries=canaries,
+                                    pilot_prompts=prompts[m:], digits=digits, n_real=n_real, confidence=confidence,
+                                    seed=seed, plan_sims=plan_sims, commitment=commitment,
+                                    label_commitment=label_commitment, pretraining=pretrain_summary,
+                                    private=private, trainer_cls=trainer_cls)
+        timings["design_s"] = time.perf_counter() - clock
 
-    # 3. Training with m added canary records.
-    clock = time.perf_counter()
-    log_path = private / LOG_NAME
-    real = spec.records(n_real, 0 if seed is None else seed)
-    trainer, claim = train_with_canaries(spec, config, model, tokenizer, real, canaries,
-                                         membership.presence_for_training(), commitment, log_path, trainer_cls)
-    epsilon_after = epsilon_with_canaries(trainer, claim, plan)
-    timings["train_s"] = time.perf_counter() - clock
+        # 3. Training with m added canary records.
+        clock = time.perf_counter()
+        log_path = private / LOG_NAME
+        real = spec.records(n_real, 0 if seed is None else seed)
+        trainer, claim = train_with_canaries(spec, config, model, tokenizer, real, canaries,
+                                             membership.presence_for_training(), commitment, log_path, trainer_cls)
+        epsilon_after = epsilon_with_canaries(trainer, claim, plan)
+        timings["train_s"] = time.perf_counter() - clock
 
-    # 4–6. Score, freeze, reveal, verify, test; diagnostics beside the test.
-    clock = time.perf_counter()
-    report, frozen, signs = analyse(model, tokenizer, log_path, design, membership, salt, label_salt,
-                                    mechanism_params={
-                                        "epsilon_with_canaries": epsilon_after, "trainer": type(trainer).__name__,
-                                        "trainer_divisor": claim["divisor"], **spec.source,
-                                        "privacy_release": bool(trainer.privacy_release and membership.audit_release
-                                                                and seed is None)})
-    reveal = {"commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
-              "bits": "".join("1" if s == 1 else "0" for s in signs),
-              "label_commitment": label_commitment, "label_salt_hex": label_salt.hex(), "labels": list(labels),
-              "preregistration": design.preregistration.to_json(),
-              "preregistration_digest": design.preregistration.digest}
-    artifact, document = write_audit_files(out, private, reveal, report)
+        # 4–6. Score, freeze, reveal, verify, test; diagnostics beside the test.
+        clock = time.perf_counter()
+        report, frozen, signs = analyse(model, tokenizer, log_path, design, membership, salt, label_salt,
+                                        mechanism_params={
+                                            "epsilon_with_canaries": epsilon_after,
+                                            "trainer": type(trainer).__name__, "trainer_divisor": claim["divisor"],
+                                            **spec.source,
+                                            "privacy_release": bool(trainer.privacy_release
+                                                                    and membership.audit_release and seed is None)})
+        reveal = {"commitment": commitment, "salt_hex": salt.hex(), "canary_ids": ids,
+                  "bits": "".join("1" if s == 1 else "0" for s in signs),
+                  "label_commitment": label_commitment, "label_salt_hex": label_salt.hex(), "labels": list(labels),
+                  "preregistration": design.preregistration.to_json(),
+                  "preregistration_digest": design.preregistration.digest}
+        artifact, document = write_audit_files(staging, private, reveal, report)
+        log_path = final_private_path(staging, private, LOG_NAME)
     timings["analyse_s"] = time.perf_counter() - clock
     return InputAuditResult(report, design, frozen.values, signs, labels, frozen.frozen_at, membership.revealed_at,
                             epsilon_after, claim, log_path, artifact, document, timings, model, tokenizer)

@@ -208,9 +208,11 @@ def cmd_convert_replace_one(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from privcheck.artifacts import claim_output_directory, terminate_as_interrupt
     from privcheck.verify import run_verification, write_verification
-    doc = run_verification(args.suite, seed=args.seed)
-    path = write_verification(doc, args.out)
+    with terminate_as_interrupt(), claim_output_directory(args.out, name="out") as out:
+        doc = run_verification(args.suite, seed=args.seed)
+        path = write_verification(doc, out)
     s = doc["summary"]
     payload = {"status": doc["status"], "artifact": str(path), "sha256": doc["sha256"], **s}
     rows = [("status", doc["status"]), ("checks", f"{s['passed']}/{s['checks']} passed"),
@@ -221,13 +223,30 @@ def cmd_verify(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from privcheck.artifacts.report import render_report
-    directory = Path(args.dir)
-    if not (directory / "verification.json").is_file():
-        raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
-    path = render_report(directory)
-    emit(args, {"report": str(path)}, [("report", str(path))])
-    return 0
+    """Exit 0 when the artifact checks out, EXIT_PROBLEMS (3) with a first-line warning when it does not."""
+    from privcheck.artifacts import terminate_as_interrupt
+    from privcheck.artifacts.report import EXIT_PROBLEMS, render_report, warning_line
+    with terminate_as_interrupt():
+        done = render_report(args.dir)
+    warning = warning_line(done.problems, str(done.artifact)) if done.problems else None
+    counts = done.counts or {}
+    payload = {"report": str(done.report), "artifact": str(done.artifact), "intact": not done.problems,
+               "warning": warning, "problems": done.problems, "sha256": done.sha256,
+               "sha256_recomputed": done.sha256_recomputed, "status": counts.get("status"),
+               "checks": counts.get("checks"), "passed": counts.get("passed"), "failed": counts.get("failed"),
+               "suites": counts.get("suites")}
+    rows = [("problem", p) for p in done.problems]
+    if counts:
+        rows += [("status", f"{counts['status']} (counted from the checks)"),
+                 ("checks", f"{counts['passed']}/{counts['checks']} passed")]
+        rows += [(f"suite {name}", f"{c['passed']}/{c['checks']} passed") for name, c in counts["suites"].items()]
+    rows += [("sha256", done.sha256 + ("" if done.sha256 == done.sha256_recomputed else
+                                       f" (MISMATCH: recomputed {done.sha256_recomputed})")),
+             ("report", str(done.report))]
+    if warning and not args.json:
+        print(warning)
+    emit(args, payload, rows)
+    return EXIT_PROBLEMS if done.problems else 0
 
 
 # --- parser -------------------------------------------------------------------------------------------

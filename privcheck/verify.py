@@ -14,8 +14,9 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from privcheck.artifacts.integrity import ArtifactInconsistent, check_artifact
 from privcheck.artifacts.records import SuiteResult
-from privcheck.artifacts.report import write_report
+from privcheck.artifacts.report import ARTIFACT, write_report
 from privcheck.artifacts.schema import validate
 from privcheck.artifacts.writer import ArtifactDirectory, seal
 from privcheck.environment import environment
@@ -29,7 +30,6 @@ __all__ = ["ARTIFACT", "BUILTIN_SUITES", "SCHEMA", "SCHEMA_ID", "SCHEMA_VERSION"
 SCHEMA_ID = "privcheck.verification/1"
 SCHEMA_VERSION = "1.1.0"
 SCHEMA = "verification"
-ARTIFACT = "verification.json"
 BUILTIN_SUITES = {"accounting": "privcheck.checks.accounting:run_suite"}
 
 
@@ -84,8 +84,13 @@ def run_verification(suites: list[str] | None = None, seed: int | None = None) -
 
 def write_verification(doc: dict, out: str | Path) -> Path:
     """Write verification.json, report.md and the plots into `out` together (one ArtifactDirectory: all of
-    them or none); returns the path of verification.json."""
+    them or none; plots of an earlier run that this one does not make are removed); returns the path of
+    verification.json. The document is checked as `privcheck report` checks it (seal, schema, summaries against
+    the checks) before anything is staged: ArtifactInconsistent if it does not check out."""
+    problems = check_artifact(doc, SCHEMA)
+    if problems:
+        raise ArtifactInconsistent("; ".join(problems))
     with ArtifactDirectory(out) as staging:
-        write_report(doc, staging)
+        write_report(doc, staging, problems)
         staging.write_json(ARTIFACT, doc, schema=SCHEMA)
     return Path(out) / ARTIFACT

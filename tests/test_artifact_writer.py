@@ -9,6 +9,7 @@ import pytest
 
 from privcheck.artifacts import ArtifactDirectory, available_schemas, verify_seal, write_artifact
 from privcheck.artifacts.schema import schema_file
+from privcheck.artifacts.writer import MANIFEST_NAME
 from privcheck.errors import InvalidParameter
 
 
@@ -97,7 +98,7 @@ def test_success_moves_files_into_existing_and_new_directories(tmp_path, valid_d
         staging.write_bytes("private/log.jsonl", b"{}\n", mode=0o600)
         (staging.path / "tool_output.bin").write_bytes(b"written by a tool")
         assert not (out / "verification.json").exists()           # nothing visible before the block ends
-    assert _listing(out) == ["keep.txt", "private", "report.md", "tool_output.bin", "verification.json"]
+    assert _listing(out) == [MANIFEST_NAME, "keep.txt", "private", "report.md", "tool_output.bin", "verification.json"]
     assert json.loads((out / "verification.json").read_text()) == sealed and verify_seal(sealed)
     assert (out / "report.md").read_text() == "new"
     assert stat.S_IMODE((out / "private").stat().st_mode) == 0o700

@@ -1,14 +1,31 @@
-"""Render a verification artifact as Markdown (and PNG plots of its figures when matplotlib is installed)."""
+"""Render a verification artifact as Markdown (and PNG plots of its figures when matplotlib is installed).
+
+Every number a report shows about the checks (status, passed / total, per-suite counts) is recomputed from the
+checks themselves, never read from the stored summary, and the seal is recomputed. A document that does not check
+out (`privcheck.artifacts.integrity.check_artifact`) gets a warning as the report's first line, its problems
+listed under it; one that fails its schema is not rendered beyond that. `render_report(DIR)` is
+`privcheck report DIR` (exit `EXIT_PROBLEMS` when the artifact does not check out; docs/artifacts.md).
+"""
 
 from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from privcheck.artifacts.writer import ArtifactDirectory, verify_seal
+from privcheck.artifacts.integrity import check_artifact, count_checks, load_artifact, schema_problems
+from privcheck.artifacts.outdir import hold_output_directory
+from privcheck.artifacts.seal import sha256_of
+from privcheck.artifacts.writer import ArtifactDirectory
+from privcheck.errors import InvalidParameter
 
-__all__ = ["render_markdown", "render_plots", "render_report", "write_report"]
+__all__ = ["ARTIFACT", "EXIT_PROBLEMS", "KIND", "RenderedReport", "render_markdown", "render_plots", "render_report",
+           "warning_line", "write_report"]
+
+ARTIFACT = "verification.json"
+KIND = "verification"
+EXIT_PROBLEMS = 3       # `privcheck report`: the artifact does not check out (2 stays "bad input")
 
 
 def _fmt(x) -> str:
@@ -20,20 +37,43 @@ def _fmt(x) -> str:
     return str(x)
 
 
-def render_markdown(doc: dict, plots: list[str] = ()) -> str:
-    s = doc["summary"]
+def warning_line(problems: list[str], artifact: str = ARTIFACT) -> str:
+    """The one-line warning shown first for a document with problems."""
+    n = len(problems)
+    return (f"WARNING: {artifact} does not check out ({n} problem{'s' if n != 1 else ''}): its contents are NOT "
+            f"verified and may have been edited after sealing")
+
+
+def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None = None) -> str:
+    """report.md for a verification artifact; `problems` defaults to `check_artifact(doc, "verification")`."""
+    problems = check_artifact(doc, KIND) if problems is None else problems
     out = io.StringIO()
     w = out.write
+    if problems:
+        w(f"> **{warning_line(problems)}**\n>\n" + "".join(f"> - {p}\n" for p in problems) + "\n")
     w("# privcheck verification report\n\n")
-    w(f"- status: **{doc['status'].upper()}** ({s['passed']}/{s['checks']} checks passed, "
-      f"{s['seconds']:.1f} s)\n")
+    if schema_problems(doc, KIND):
+        w("The document does not match the verification schema, so nothing more of it is shown.\n")
+        return out.getvalue()
+    counts = count_checks(doc["checks"])
+    unverified = " — NOT verified, see the warning above" if problems else ""
+    w(f"- status: **{counts['status'].upper()}** ({counts['passed']}/{counts['checks']} checks passed, counted "
+      f"from the checks below{unverified}); wall time {doc['summary']['seconds']:.1f} s\n")
     w(f"- suites: {', '.join(doc['suites'])}\n")
     w(f"- run: `{doc['run_id']}`, {doc['created_utc']} → {doc['finished_utc']}\n")
     r = doc["randomness"]
     release = "yes" if doc["privacy_release"] else "no — not a privacy release"
     w(f"- randomness: {r['mode']}{' (seed ' + str(r.get('seed')) + ')' if r.get('seed') is not None else ''}; "
       f"privacy release: {release}\n")
-    w(f"- sha256: `{doc['sha256']}` ({'intact' if verify_seal(doc) else 'MISMATCH: edited after sealing'})\n\n")
+    recomputed = sha256_of(doc)
+    seal_state = "intact (recomputed)" if recomputed == doc["sha256"] else \
+        f"MISMATCH: recomputed `{recomputed}`, the document was edited after sealing"
+    w(f"- sha256: `{doc['sha256']}` ({seal_state})\n\n")
+
+    w("## Suites\n\n| suite | checks | passed | failed |\n|---|---|---|---|\n")
+    for name, c in counts["suites"].items():
+        w(f"| {name} | {c['checks']} | {c['passed']} | {c['failed']} |\n")
+    w("\n")
 
     if doc["claims"]:
         w("## Claims\n\n| mechanism | ε | δ | neighbouring | accountant | parameters |\n|---|---|---|---|---|---|\n")
@@ -105,19 +145,46 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     return images
 
 
-def write_report(doc: dict, staging: ArtifactDirectory) -> list[str]:
-    """Stage report.md and the plots of `doc` in `staging`; returns the plot file names."""
-    images = render_plots(doc)
+def write_report(doc: dict, staging: ArtifactDirectory, problems: list[str] | None = None) -> list[str]:
+    """Stage report.md and the plots of `doc` in `staging` (no plots for a document that fails its schema);
+    returns the plot file names."""
+    problems = check_artifact(doc, KIND) if problems is None else problems
+    images = {} if schema_problems(doc, KIND) else render_plots(doc)
     for name, data in images.items():
         staging.write_bytes(name, data)
-    staging.write_text("report.md", render_markdown(doc, list(images)))
+    staging.write_text("report.md", render_markdown(doc, list(images), problems))
     return list(images)
 
 
-def render_report(directory: str | Path) -> Path:
-    """Read DIR/verification.json and (re)write DIR/report.md and its plots together; returns the report path."""
+@dataclass(frozen=True)
+class RenderedReport:
+    """What `render_report` wrote and found: `problems` is empty iff the artifact checks out; `counts` is
+    `count_checks` of its checks (None when the document fails its schema)."""
+
+    report: Path
+    artifact: Path
+    problems: list[str]
+    counts: dict | None
+    sha256: str
+    sha256_recomputed: str
+
+
+def render_report(directory: str | Path) -> RenderedReport:
+    """Check DIR/verification.json and (re)write DIR/report.md and its plots together, under the directory's lock.
+
+    Raises InvalidParameter (no DIR/verification.json, DIR not writable), OutputBusy, or ArtifactUnreadable (not a
+    sealed JSON document) before anything is written."""
+    if isinstance(directory, str) and not directory.strip():
+        raise InvalidParameter("dir", directory, "a directory containing verification.json")
     directory = Path(directory)
-    doc = json.loads((directory / "verification.json").read_text("utf-8"))
-    with ArtifactDirectory(directory) as staging:
-        write_report(doc, staging)
-    return directory / "report.md"
+    artifact = directory / ARTIFACT
+    if not artifact.is_file():
+        raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
+    with hold_output_directory(directory, name="dir"):
+        doc = load_artifact(artifact)
+        problems = check_artifact(doc, KIND)
+        with ArtifactDirectory(directory, head=ARTIFACT) as staging:
+            write_report(doc, staging, problems)
+    counts = None if schema_problems(doc, KIND) else count_checks(doc["checks"])
+    return RenderedReport(report=directory / "report.md", artifact=artifact, problems=problems, counts=counts,
+                          sha256=doc["sha256"], sha256_recomputed=sha256_of(doc))

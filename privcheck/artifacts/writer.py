@@ -1,53 +1,44 @@
-"""The one artifact writer: seal (sha256), validate against the packaged JSON Schema, write atomically.
+"""The one artifact writer: seal (sha256), validate (schema and consistency), write atomically, under the lock.
 
-* `write_artifact(path, document, schema=...)` — one sealed JSON artifact. The document is sealed and
-  validated in memory first; the file is written through a temporary file in the same directory (fsync,
-  rename), so a reader sees the old file or the complete new one, and a failure leaves no file behind.
+* `write_artifact(path, document, schema=...)` — one sealed JSON artifact. The document is sealed and checked
+  in memory first (its schema, then the kind's consistency rules of `privcheck.artifacts.integrity`); the file is
+  written through a temporary file in the same directory (fsync, rename), so a reader sees the old file or the
+  complete new one, and a failure leaves no file behind.
 * `ArtifactDirectory(out_dir)` — several files that belong together (an artifact, its report, plots, private
-  logs). Inside `with ArtifactDirectory(out) as staging:` every file goes to a staging directory next to
-  `out`; on normal exit the staged files are moved into `out` (created if absent), schema-checked documents
-  last; if the block raises, or a move fails, the staging directory is removed and every file of `out` is
-  restored as it was.
+  logs). Inside `with ArtifactDirectory(out) as staging:` every file goes to a staging directory inside `out`;
+  on normal exit the staged files are moved into place, schema-checked documents last, and the files the
+  previous output of the same head document wrote that this one does not (a plot of a suite not run this time)
+  are removed; if the block raises, or a move fails, the staging directory is removed and every file of `out`
+  is restored as it was.
 
-The seal is sha256 over `canonical_json` of the document without its own `sha256` field; `verify_seal`
-recomputes it. See docs/artifacts.md.
+Both hold the directory's lock (`privcheck.artifacts.outdir.hold_output_directory`: the command's claim, or
+their own), and every temporary name they use is one `outdir.remove_leftovers` recognises, so what a killed
+writer leaves behind is removed by the next writer of the directory. See docs/artifacts.md.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from privcheck.artifacts.schema import schema_file, validate
+from privcheck.artifacts.integrity import ArtifactInconsistent, consistency_problems
+from privcheck.artifacts.outdir import LOCK_NAME, hold_output_directory, leftover_prefix
+from privcheck.artifacts.schema import SCHEMA_SUFFIX, schema_file, validate
+from privcheck.artifacts.seal import seal, sha256_of, verify_seal
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import canonical_json, dump_json
 
-__all__ = ["ArtifactDirectory", "FILE_MODE", "DIR_MODE", "canonical_json", "dump_json", "seal", "sha256_of",
-           "verify_seal", "write_artifact", "write_atomic"]
+__all__ = ["ArtifactDirectory", "DIR_MODE", "FILE_MODE", "MANIFEST_NAME", "canonical_json", "dump_json", "seal",
+           "sha256_of", "verify_seal", "write_artifact", "write_atomic"]
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
-
-
-def sha256_of(document: dict) -> str:
-    """sha256 over the canonical JSON of the document without its own `sha256` field."""
-    body = {k: val for k, val in document.items() if k != "sha256"}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def seal(document: dict) -> dict:
-    """Return a copy with `sha256` set (sealing a sealed document gives the same seal)."""
-    sealed = dict(document)
-    sealed["sha256"] = sha256_of(document)
-    return sealed
-
-
-def verify_seal(document: dict) -> bool:
-    return document.get("sha256") == sha256_of(document)
+MANIFEST_NAME = ".privcheck-manifest.json"     # {"heads": {head document: [files its output wrote]}}
+_RESERVED = (MANIFEST_NAME, LOCK_NAME)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -68,7 +59,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
     """Write `data` to `path` so that readers see either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=leftover_prefix("tmp"), dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -84,11 +75,15 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
 
 
 def _sealed_and_valid(document, schema: str) -> dict:
-    """Seal and validate in memory (jsonschema.ValidationError on a defect); nothing is written."""
+    """Seal and check in memory: jsonschema.ValidationError on a schema defect, ArtifactInconsistent when a summary
+    contradicts its data (`privcheck.artifacts.integrity`); nothing is written."""
     if not isinstance(document, dict):
         raise InvalidParameter("document", type(document).__name__, "a dict (a JSON object)")
     sealed = seal(document)
     validate(sealed, schema)
+    problems = consistency_problems(sealed, schema[: -len(SCHEMA_SUFFIX)])
+    if problems:
+        raise ArtifactInconsistent("; ".join(problems))
     return sealed
 
 
@@ -96,13 +91,18 @@ def write_artifact(path: str | os.PathLike, document: dict, *, schema: str, mode
     """Seal `document`, validate it against `schema` (e.g. "verification", the file
     privcheck/schemas/verification.schema.json), write it atomically to `path`; returns the sealed document.
 
-    Raises (InvalidParameter for an unknown schema, jsonschema.ValidationError for a defect, OSError) before
+    Raises (InvalidParameter for an unknown schema or a directory that cannot be written, OutputBusy while another
+    process writes the directory, jsonschema.ValidationError or ArtifactInconsistent for a defect, OSError) before
     or instead of writing: on failure no file and no temporary file is left at `path`.
     """
     schema = schema_file(schema)
     sealed = _sealed_and_valid(document, schema)
-    write_atomic(path, dump_json(sealed), mode=mode)
+    path = Path(path)
+    with hold_output_directory(path.parent, name="path"):
+        write_atomic(path, dump_json(sealed), mode=mode)
     return sealed
+
+
 
 
 def _relative(name) -> PurePosixPath:
@@ -116,8 +116,35 @@ def _relative(name) -> PurePosixPath:
     return rel
 
 
+def _manifest_name(name) -> str | None:
+    """`name` as a manifest entry (a relative POSIX path), or None when it cannot be one."""
+    try:
+        rel = _relative(name)
+    except InvalidParameter:
+        return None
+    text = rel.as_posix()
+    return None if text in _RESERVED or text != name else text
+
+
+def _read_manifest(directory: Path) -> dict[str, set[str]]:
+    """{head document: files} of the directory's manifest; {} when there is none or it cannot be read (then no
+    file is removed as stale: only names the manifest lists ever are)."""
+    try:
+        raw = json.loads((directory / MANIFEST_NAME).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    heads = raw.get("heads") if isinstance(raw, dict) else None
+    if not isinstance(heads, dict):
+        return {}
+    manifest = {}
+    for head, files in heads.items():
+        if _manifest_name(head) is not None and isinstance(files, list):
+            manifest[head] = {f for f in files if isinstance(f, str) and _manifest_name(f) is not None}
+    return manifest
+
+
 class ArtifactDirectory:
-    """Stage files next to `target` and move them into it together; roll back on any failure.
+    """Stage files inside `target` and move them into place together; roll back on any failure.
 
         with ArtifactDirectory(out) as staging:
             doc = staging.write_json("run.json", doc, schema="dpgrpo_run")   # sealed + validated
@@ -126,8 +153,15 @@ class ArtifactDirectory:
             staging.write_bytes("private/log.jsonl", data, mode=0o600)
             tool.save(staging.path / "weights.bin")                         # tools that write files themselves
 
-    Files already in `target` that are not staged are left alone; staged files replace same-named ones.
-    `path` is the staging directory (valid inside the block); `target` the final directory.
+    The block holds the directory's lock (the command's claim, or its own: `OutputBusy` on entry while another
+    process writes there). `path` is the staging directory (valid inside the block); `target` the final directory.
+
+    Stale files: the output belongs to its *head* document (`head`, default the last schema-checked document
+    written, e.g. "verification.json"). The directory's manifest (`MANIFEST_NAME`) records, per head, the files
+    its last commit wrote. A commit that rewrites its head removes the files the head's previous output wrote and
+    this one does not; a commit naming a head it does not rewrite (a re-rendered report) adds its files to that
+    head's output; a commit without a head removes nothing. Staged files replace same-named ones, and a file
+    belongs to the last commit that wrote it; files no manifest lists (the user's own) are never removed.
 
     Modes: files written with `write_*` get `mode` (default `file_mode`); files a tool wrote into `path` keep
     their own mode, capped at `file_mode`. A staged directory's mode carries over to a new final directory;
@@ -135,16 +169,20 @@ class ArtifactDirectory:
     when that is stricter (a private directory never becomes readable by the move).
     """
 
-    def __init__(self, target: str | os.PathLike, *, file_mode: int = FILE_MODE, dir_mode: int = DIR_MODE):
+    def __init__(self, target: str | os.PathLike, *, head: str | None = None, file_mode: int = FILE_MODE,
+                 dir_mode: int = DIR_MODE):
         if target is None or (isinstance(target, str) and not target.strip()):
             raise InvalidParameter("out", target, "a directory path")
         self.target = Path(target)
         if self.target.exists() and not self.target.is_dir():
             raise InvalidParameter("out", str(target), "a directory (a file exists at this path)")
+        if head is not None and _manifest_name(head) is None:
+            raise InvalidParameter("head", head, "a relative file name inside the artifact directory")
+        self.head = head
         self.file_mode = file_mode
         self.dir_mode = dir_mode
         self._staging: Path | None = None
-        self._created_parents: list[Path] = []
+        self._hold = None
         self._dir_modes: dict[PurePosixPath, int] = {}
         self._documents: list[PurePosixPath] = []    # schema-checked JSON: moved last
         self._modes: dict[PurePosixPath, int] = {}
@@ -154,26 +192,25 @@ class ArtifactDirectory:
     def __enter__(self) -> "ArtifactDirectory":
         if self._staging is not None:
             raise RuntimeError("ArtifactDirectory is not re-entrant")
-        anchor = self.target.absolute()         # "out" or "." must stage beside the directory, not in it
-        parent = anchor.parent
-        missing = []
-        while not parent.exists():
-            missing.append(parent)
-            parent = parent.parent
-        for directory in reversed(missing):
-            directory.mkdir(mode=self.dir_mode)
-            self._created_parents.append(directory)
-        self._staging = Path(tempfile.mkdtemp(prefix=f".{anchor.name}.", suffix=".staging", dir=anchor.parent))
+        existed = self.target.is_dir()
+        hold = hold_output_directory(self.target)
+        hold.__enter__()
+        try:
+            if not existed:
+                os.chmod(self.target, self.dir_mode)         # the default mode, whatever the umask
+            self._staging = Path(tempfile.mkdtemp(prefix=leftover_prefix("staging"), dir=self.target))
+        except BaseException:
+            hold.__exit__(None, None, None)
+            raise
+        self._hold = hold
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             if exc_type is None:
                 self._commit()
-        except BaseException:
-            self._cleanup(remove_parents=True)
-            raise
-        self._cleanup(remove_parents=exc_type is not None)
+        finally:
+            self._cleanup()
         return False
 
     @property
@@ -187,6 +224,8 @@ class ArtifactDirectory:
 
     def _destination(self, name) -> tuple[PurePosixPath, Path]:
         rel = _relative(name)
+        if rel.as_posix() in _RESERVED:
+            raise InvalidParameter("name", name, "a name other than " + " and ".join(_RESERVED))
         dest = self.path.joinpath(*rel.parts)
         missing = [p for p in dest.parents if p != self.path and self.path in p.parents and not p.exists()]
         for directory in reversed(missing):
@@ -222,9 +261,9 @@ class ArtifactDirectory:
         return self.write_bytes(name, text.encode(encoding), mode=mode)
 
     def write_json(self, name, document, *, schema: str | None = None, mode: int | None = None) -> dict:
-        """Stage a JSON file (indented, sorted keys). With `schema`, the document is sealed and validated
-        first (as by `write_artifact`) and moved into `target` after every other file; returns what was
-        written (the sealed document when `schema` is given)."""
+        """Stage a JSON file (indented, sorted keys). With `schema`, the document is sealed and checked first
+        (as by `write_artifact`) and moved into `target` after every other file; returns what was written (the
+        sealed document when `schema` is given)."""
         if schema is not None:
             document = _sealed_and_valid(document, schema_file(schema))
         data = dump_json(document)
@@ -236,8 +275,9 @@ class ArtifactDirectory:
 
     # ------------------------------------------------------------------ commit / rollback
 
-    def _staged(self) -> tuple[list[PurePosixPath], list[PurePosixPath]]:
-        """(directories top-down, files in move order) found in the staging directory, as relative paths."""
+    def _staged(self) -> tuple[list[PurePosixPath], list[PurePosixPath], list[PurePosixPath]]:
+        """(directories top-down, other files, schema-checked documents) found in the staging directory, as
+        relative paths."""
         dirs, files = [], []
         for root, dirnames, filenames in os.walk(self.path):
             dirnames.sort()
@@ -247,15 +287,51 @@ class ArtifactDirectory:
             dirs.extend(rel_root / d for d in dirnames)
             files.extend(rel_root / f for f in sorted(filenames + links))
         last = [f for f in self._documents if f in files]
-        return dirs, [f for f in files if f not in last] + last
+        return dirs, [f for f in files if f not in last], last
+
+    def _stage_manifest(self, written: set[str]) -> list[str]:
+        """Stage the updated manifest (when it changes); returns the stale files of the head's previous output."""
+        head = self.head or (self._documents[-1].as_posix() if self._documents else None)
+        before = _read_manifest(self.target)
+        after = {h: files - written for h, files in before.items()}
+        stale: set[str] = set()
+        if head is not None and head in written:
+            stale = before.get(head, set()) - written
+            after[head] = set(written)
+        elif head is not None:
+            after[head] = before.get(head, set()) | written
+        after = {h: files for h, files in after.items() if files}
+        if after != before:
+            body = {"heads": {h: sorted(files) for h, files in sorted(after.items())},
+                    "note": "files each head document's output wrote (privcheck, docs/artifacts.md); "
+                            "removed as stale when that head is rewritten without them"}
+            (self.path / MANIFEST_NAME).write_bytes(dump_json(body))
+        return sorted(stale)
+
+    def _removable(self, name: str) -> Path | None:
+        """The stale file `name` in `target`, when it is a file (or link) inside `target`; None otherwise."""
+        final = self.target.joinpath(*PurePosixPath(name).parts)
+        if not final.is_symlink() and not final.is_file():
+            return None
+        parent, root = os.path.realpath(final.parent), os.path.realpath(self.target)
+        return final if parent == root or parent.startswith(root + os.sep) else None
 
     def _commit(self) -> None:
-        dirs, files = self._staged()
-        backup = Path(tempfile.mkdtemp(prefix=f".{self.target.absolute().name}.", suffix=".backup",
-                                       dir=self.path.parent))
+        dirs, others, documents = self._staged()
+        stale = self._stage_manifest({rel.as_posix() for rel in others + documents})
+        if (self.path / MANIFEST_NAME).exists():
+            others.append(PurePosixPath(MANIFEST_NAME))
+            self._modes[PurePosixPath(MANIFEST_NAME)] = FILE_MODE
+        backup = Path(tempfile.mkdtemp(prefix=leftover_prefix("backup"), dir=self.target))
         created_dirs: list[Path] = []
         chmodded: list[tuple[Path, int]] = []               # (existing directory, its mode before)
         moved: list[tuple[Path, Path | None]] = []          # (final path, backup of the file it replaced)
+
+        def set_aside(final: Path) -> Path:
+            saved = backup / str(len(moved))
+            os.replace(final, saved)
+            return saved
+
         try:
             for rel in [PurePosixPath()] + dirs:
                 final = self.target.joinpath(*rel.parts)
@@ -273,20 +349,15 @@ class ArtifactDirectory:
                 final.mkdir(mode=0o700)
                 created_dirs.append(final)
                 os.chmod(final, staged_mode)
-            for i, rel in enumerate(files):
-                staged = self.path.joinpath(*rel.parts)
-                final = self.target.joinpath(*rel.parts)
-                own = stat.S_IMODE(staged.stat().st_mode) & self.file_mode
-                os.chmod(staged, self._modes.get(rel, own))
-                saved = None
-                if final.exists() or final.is_symlink():
-                    if final.is_dir():
-                        raise IsADirectoryError(f"{final} is a directory; cannot replace it with a file")
-                    saved = backup / str(i)
-                    os.replace(final, saved)
-                moved.append((final, saved))
-                os.replace(staged, final)
-            for directory in {self.target.joinpath(*rel.parent.parts) for rel in files}:
+            for rel in others:
+                self._move(rel, moved, set_aside)
+            for name in stale:                              # before the documents: a reader who sees the new
+                final = self._removable(name)               # head document sees none of the old output
+                if final is not None:
+                    moved.append((final, set_aside(final)))
+            for rel in documents:
+                self._move(rel, moved, set_aside)
+            for directory in {self.target.joinpath(*rel.parent.parts) for rel in others + documents}:
                 _fsync_dir(directory)
         except BaseException:
             for final, saved in reversed(moved):
@@ -308,14 +379,26 @@ class ArtifactDirectory:
         finally:
             shutil.rmtree(backup, ignore_errors=True)
 
-    def _cleanup(self, *, remove_parents: bool) -> None:
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
-        if remove_parents:
-            for directory in reversed(self._created_parents):
-                try:
-                    directory.rmdir()           # only if still empty
-                except OSError:
-                    break
-        self._created_parents = []
+    def _move(self, rel: PurePosixPath, moved: list, set_aside) -> None:
+        staged = self.path.joinpath(*rel.parts)
+        final = self.target.joinpath(*rel.parts)
+        own = stat.S_IMODE(staged.lstat().st_mode) & self.file_mode
+        if not staged.is_symlink():
+            os.chmod(staged, self._modes.get(rel, own))
+        saved = None
+        if final.exists() or final.is_symlink():
+            if final.is_dir() and not final.is_symlink():
+                raise IsADirectoryError(f"{final} is a directory; cannot replace it with a file")
+            saved = set_aside(final)
+        moved.append((final, saved))
+        os.replace(staged, final)
+
+    def _cleanup(self) -> None:
+        try:
+            if self._staging is not None:
+                shutil.rmtree(self._staging, ignore_errors=True)
+                self._staging = None
+        finally:
+            if self._hold is not None:
+                hold, self._hold = self._hold, None
+                hold.__exit__(None, None, None)

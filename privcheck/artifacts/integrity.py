@@ -1,0 +1,210 @@
+"""Checking a sealed artifact: its seal, its schema, and every summary it carries against what it summarises.
+
+* `load_artifact(path)` — the document of a sealed artifact file, or `ArtifactUnreadable` (a PrivcheckError naming
+  the file and the reason: missing, not UTF-8, not JSON, truncated, duplicate keys, NaN, not an object, no seal).
+* `check_artifact(doc)` — the list of problems (empty when the document checks out): the sha256 seal recomputed
+  and compared, the document validated against the schema its `schema` field names, and, when it is
+  schema-valid, the kind's consistency rules (`consistency_problems`). Every artifact kind gets the seal and schema
+  checks; the rules cover the summaries and flags each kind stores beside the data they are derived from.
+* `count_checks(checks)` — the counts of a verification artifact recomputed from its checks (what reports show).
+
+A document that checks out was not edited after sealing *or* was re-sealed after the edit: the seal is a checksum,
+not a signature (docs/artifacts.md says what it proves).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import jsonschema
+
+from privcheck.artifacts.schema import available_schemas, load_schema
+from privcheck.artifacts.seal import sha256_of
+from privcheck.errors import PrivcheckError
+
+__all__ = ["ArtifactInconsistent", "ArtifactUnreadable", "check_artifact", "consistency_problems", "count_checks",
+           "load_artifact", "schema_kind", "schema_problems"]
+
+MAX_SCHEMA_PROBLEMS = 20        # a badly broken document would otherwise list every field
+
+
+class ArtifactUnreadable(PrivcheckError):
+    """An artifact file that cannot be read as a sealed JSON document."""
+
+    def __init__(self, path, reason: str):
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"cannot read artifact {path}: {reason}")
+
+
+class ArtifactInconsistent(ValueError):
+    """A document about to be written contradicts itself (a summary that does not match its data)."""
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
+    return dict(pairs)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_artifact(path) -> dict:
+    """Read and parse a sealed artifact (module docstring); nothing is checked beyond its being one."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ArtifactUnreadable(path, "no such file") from None
+    except IsADirectoryError:
+        raise ArtifactUnreadable(path, "a directory, not a file") from None
+    except OSError as exc:
+        raise ArtifactUnreadable(path, exc.strerror or str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ArtifactUnreadable(path, f"not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise ArtifactUnreadable(path, "an empty file")
+    try:
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
+        what = "truncated JSON" if ends_early else "invalid JSON"
+        raise ArtifactUnreadable(path, f"{what} ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactUnreadable(path, f"invalid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ArtifactUnreadable(path, f"a JSON {type(doc).__name__ if doc is not None else 'null'}, "
+                                       "not an object (an artifact is one JSON object)")
+    if not isinstance(doc.get("sha256"), str):
+        raise ArtifactUnreadable(path, "no sha256 seal (not a sealed privcheck artifact)")
+    return doc
+
+
+@functools.lru_cache(maxsize=None)
+def _kinds_by_id() -> dict[str, str]:
+    return {load_schema(kind)["$id"]: kind for kind in available_schemas()}
+
+
+def schema_kind(doc) -> str | None:
+    """The schema kind ("verification", "audit", ...) named by the document's `schema` field, or None."""
+    return _kinds_by_id().get(doc.get("schema")) if isinstance(doc, dict) and isinstance(doc.get("schema"), str) \
+        else None
+
+
+def _seal_problems(doc: dict) -> list[str]:
+    stored = doc.get("sha256")
+    if not isinstance(stored, str):
+        return ["no sha256 seal"]
+    try:
+        recomputed = sha256_of(doc)
+    except (TypeError, ValueError) as exc:
+        return [f"sha256 seal cannot be recomputed ({exc})"]
+    if recomputed != stored:
+        return [f"sha256 seal mismatch: stored {stored}, recomputed {recomputed} (edited after sealing)"]
+    return []
+
+
+def schema_problems(doc, kind: str) -> list[str]:
+    """The ways `doc` fails schema `kind` (at most MAX_SCHEMA_PROBLEMS of them, then a count); [] when it is valid."""
+    schema = load_schema(kind)
+    validator = jsonschema.validators.validator_for(schema)(schema, format_checker=jsonschema.FormatChecker())
+    problems = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        message = err.message if len(err.message) <= 160 else err.message[:157] + "..."
+        problems.append(f"schema {schema['$id']}: {where}: {message}")
+    if len(problems) > MAX_SCHEMA_PROBLEMS:
+        problems = problems[:MAX_SCHEMA_PROBLEMS] + [f"... and {len(problems) - MAX_SCHEMA_PROBLEMS} more schema "
+                                                     "problems"]
+    return problems
+
+
+def count_checks(checks: list[dict]) -> dict:
+    """Counts recomputed from a verification artifact's checks: `checks`, `passed`, `failed`, `status` ("pass"
+    iff every check passed), `by_status` ({status: n}) and `suites` ({suite: {"checks", "passed", "failed"}})."""
+    by_status: dict[str, int] = {}
+    suites: dict[str, dict[str, int]] = {}
+    passed = 0
+    for c in checks:
+        ok = c.get("passed") is True
+        status = c.get("status") or ("pass" if ok else "fail")
+        by_status[status] = by_status.get(status, 0) + 1
+        suite = suites.setdefault(str(c.get("suite")), {"checks": 0, "passed": 0, "failed": 0})
+        suite["checks"] += 1
+        suite["passed" if ok else "failed"] += 1
+        passed += ok
+    return {"checks": len(checks), "passed": passed, "failed": len(checks) - passed,
+            "status": "pass" if checks and passed == len(checks) else "fail",
+            "by_status": dict(sorted(by_status.items())), "suites": dict(sorted(suites.items()))}
+
+
+def _verification_rules(doc: dict) -> list[str]:
+    problems = []
+    for i, c in enumerate(doc["checks"]):
+        if "status" in c and c["passed"] != (c["status"] == "pass"):
+            problems.append(f"checks[{i}] {c['name']!r}: passed={json.dumps(c['passed'])} contradicts "
+                            f"status={c['status']!r}")
+    counts = count_checks(doc["checks"])
+    if doc["status"] != counts["status"]:
+        problems.append(f"status {doc['status']!r} contradicts the checks: {counts['passed']} of "
+                        f"{counts['checks']} passed, so the status is {counts['status']!r}")
+    for key in ("checks", "passed", "failed"):
+        if doc["summary"][key] != counts[key]:
+            problems.append(f"summary.{key} = {doc['summary'][key]} contradicts the checks ({counts[key]})")
+    if doc["privacy_release"] != doc["randomness"]["privacy_release"]:
+        problems.append(f"privacy_release = {json.dumps(doc['privacy_release'])} contradicts "
+                        f"randomness.privacy_release = {json.dumps(doc['randomness']['privacy_release'])}")
+    return problems
+
+
+def _dpgrpo_run_rules(doc: dict) -> list[str]:
+    if doc["privacy_release"] and (doc["status"] != "complete" or doc["verification"].get("status") != "pass"):
+        return [f"privacy_release = true contradicts status {doc['status']!r} / verification status "
+                f"{doc['verification'].get('status')!r} (a release is complete and verified)"]
+    return []
+
+
+def _dpgrpo_compare_rules(doc: dict) -> list[str]:
+    complete = "complete" if all(r["status"] == "complete" for r in doc["runs"]) else "incomplete"
+    if doc["status"] != complete:
+        return [f"status {doc['status']!r} contradicts the runs' statuses (so {complete!r})"]
+    return []
+
+
+def _release_rule(doc: dict) -> list[str]:
+    """Every kind: a document marked as a privacy release has release randomness, where it records that."""
+    randomness = doc.get("randomness")
+    if doc.get("privacy_release") is True and isinstance(randomness, dict) \
+            and randomness.get("privacy_release") is False:
+        return ["privacy_release = true contradicts randomness.privacy_release = false"]
+    return []
+
+
+_RULES = {"verification": _verification_rules, "dpgrpo_run": _dpgrpo_run_rules,
+          "dpgrpo_compare": _dpgrpo_compare_rules}
+
+
+def consistency_problems(doc: dict, kind: str) -> list[str]:
+    """The kind's consistency rules on a schema-valid document (module docstring)."""
+    rule = _RULES.get(kind)
+    return _release_rule(doc) + (rule(doc) if rule else [])
+
+
+def check_artifact(doc, kind: str | None = None) -> list[str]:
+    """Every problem of `doc` (empty: it checks out). `kind` defaults to the one its `schema` field names."""
+    if not isinstance(doc, dict):
+        return [f"not a JSON object (a {type(doc).__name__})"]
+    problems = _seal_problems(doc)
+    kind = kind or schema_kind(doc)
+    if kind is None:
+        return problems + [f"unknown schema {doc.get('schema')!r} (known: "
+                           + ", ".join(sorted(_kinds_by_id())) + ")"]
+    invalid = schema_problems(doc, kind)
+    if invalid:
+        return problems + invalid
+    return problems + consistency_problems(doc, kind)
