@@ -175,3 +175,91 @@ def test_bad_names_and_targets_are_refused(tmp_path):
     assert not (tmp_path / "escape.txt").exists()
     with pytest.raises(RuntimeError):
         _ = staging.path
+
+
+# ------------------------------------------------------------------------------------------ stale files (manifest)
+
+def _commit(out, valid_doc, files, *, head_doc=True, head=None):
+    with ArtifactDirectory(out, head=head) as staging:
+        for name in files:
+            staging.write_bytes(name, name.encode())
+        if head_doc:
+            staging.write_json("verification.json", valid_doc, schema="verification")
+
+
+def test_a_rewritten_head_removes_what_its_previous_output_wrote_and_nothing_else(tmp_path, valid_doc):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's own file")
+    _commit(out, valid_doc, ["a.png", "b.png", "private/log.jsonl"])
+    _commit(out, valid_doc, ["extra.png"], head_doc=False)               # no head: adds, removes nothing
+    _commit(out, valid_doc, ["a.png"])                                   # the rerun makes a.png only
+    assert _listing(out) == [MANIFEST_NAME, "a.png", "extra.png", "notes.txt", "private", "verification.json"]
+    assert _listing(out / "private") == []
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    assert manifest["heads"] == {"verification.json": ["a.png", "verification.json"]}
+
+
+def test_a_commit_naming_a_head_it_does_not_rewrite_adds_to_that_output(tmp_path, valid_doc):
+    out = tmp_path / "out"
+    _commit(out, valid_doc, ["a.png"])
+    _commit(out, valid_doc, ["report.md", "c.png"], head_doc=False, head="verification.json")   # a re-render
+    _commit(out, valid_doc, ["a.png"])
+    assert _listing(out) == [MANIFEST_NAME, "a.png", "verification.json"]
+
+
+def test_a_file_belongs_to_the_last_commit_that_wrote_it(tmp_path, valid_doc):
+    out = tmp_path / "out"
+    with ArtifactDirectory(out) as staging:                              # another kind's output: run.json
+        staging.write_bytes("shared.md", b"x")
+        staging.write_json("run.json", valid_doc, schema="verification")
+    _commit(out, valid_doc, ["shared.md"])                              # verification.json takes shared.md over
+    _commit(out, valid_doc, [])
+    assert _listing(out) == [MANIFEST_NAME, "run.json", "verification.json"]
+
+
+def test_a_failed_commit_keeps_the_stale_files(tmp_path, valid_doc, monkeypatch):
+    out = tmp_path / "out"
+    _commit(out, valid_doc, ["a.png", "b.png"])
+    before = {name: (out / name).read_bytes() for name in _listing(out)}
+    real_replace = os.replace
+    failed = []
+
+    def failing(src, dst):                                  # the new document's move fails (once)
+        if str(dst).endswith("verification.json") and not failed:
+            failed.append(dst)
+            raise OSError("disk full")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        _commit(out, valid_doc, ["a.png"])
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert {name: (out / name).read_bytes() for name in _listing(out)} == before
+
+
+def test_the_manifest_never_reaches_outside_the_directory(tmp_path, valid_doc):
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    _commit(out, valid_doc, ["link/precious.txt"])
+    (out / "link" / "precious.txt").unlink()
+    (out / "link").rmdir()
+    (out / "link").symlink_to(outside)                                  # the directory replaced by a link
+    (out / MANIFEST_NAME).write_text(json.dumps({"heads": {"verification.json": [
+        "link/precious.txt", "../outside/precious.txt", "/etc/passwd", "verification.json"]}}))
+    _commit(out, valid_doc, [])
+    assert (outside / "precious.txt").read_text() == "keep"
+    for reserved in (MANIFEST_NAME, ".privcheck.lock"):
+        with ArtifactDirectory(out) as staging, pytest.raises(InvalidParameter, match="name"):
+            staging.write_bytes(reserved, b"x")
+
+
+def test_staging_and_temporary_names_are_inside_the_directory_and_recognisable(tmp_path):
+    from privcheck.artifacts.outdir import leftover_prefix
+
+    out = tmp_path / "out"
+    with ArtifactDirectory(out) as staging:
+        assert staging.path.parent == out and staging.path.name.startswith(leftover_prefix("staging"))
+        staging.write_bytes("a.txt", b"a")
+    assert _listing(tmp_path) == ["out"] and _listing(out) == ["a.txt"]

@@ -128,10 +128,12 @@ def test_check_result_rejects_bad_status():
 
 def test_markdown_report_lists_every_check_and_failures(tiny_doc):
     doc = copy.deepcopy(tiny_doc)
-    doc["checks"].append({**doc["checks"][0], "name": "broken_check", "passed": False, "message": "it broke"})
+    doc["checks"].append({**doc["checks"][0], "name": "broken_check", "passed": False, "status": "fail",
+                          "message": "it broke"})
     doc["status"] = "fail"
+    doc["summary"].update(checks=2, passed=1, failed=1)
     doc = seal({k: v for k, v in doc.items() if k != "sha256"})
     text = render_markdown(doc)
     assert "one_plus_one" in text and "broken_check" in text and "**FAIL**" in text and "it broke" in text
-    assert "intact" in text
+    assert "(1/2 checks passed" in text and "intact" in text and "WARNING" not in text
     assert sha256_of(doc) == doc["sha256"]

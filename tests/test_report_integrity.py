@@ -4,6 +4,8 @@ check out exits 3 with a first-line warning, unreadable input exits 2 with one e
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -36,17 +38,35 @@ def _two_suites_b(seed=None):
     return res
 
 
+def _with_figure(suite, name):
+    def run(seed=None):
+        res = suite(seed)
+        res.figures[name] = {"title": name, "x_label": "x", "y_label": "y", "x": [1, 2], "series": {"s": [1.0, 2.0]}}
+        return res
+    return run
+
+
+_plotted_a = _with_figure(_two_suites_a, "alpha_curve")
+_plotted_b = _with_figure(_two_suites_b, "beta_curve")
 SUITES = {"alpha": "tests.test_report_integrity:_two_suites_a", "beta": "tests.test_report_integrity:_two_suites_b"}
+PLOTTED = {"alpha": "tests.test_report_integrity:_plotted_a", "beta": "tests.test_report_integrity:_plotted_b"}
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """A verification artifact of 3 passing checks (alpha: 2, beta: 1), written once by `privcheck verify`."""
+    out = tmp_path_factory.mktemp("pristine") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("privcheck.verify.available_suites", lambda: SUITES)
+        assert main(["verify", "--out", str(out), "--suite", "alpha", "beta"]) == 0
+    return out
 
 
 @pytest.fixture
-def sealed_dir(tmp_path, monkeypatch, capsys):
-    """A verification artifact of 3 passing checks (alpha: 2, beta: 1), written by `privcheck verify`."""
-    monkeypatch.setattr("privcheck.verify.available_suites", lambda: SUITES)
-    out = tmp_path / "out"
-    assert main(["verify", "--out", str(out), "--suite", "alpha", "beta"]) == 0
+def sealed_dir(pristine, tmp_path, capsys):
+    """A copy of the pristine artifact directory for one test to edit."""
     capsys.readouterr()
-    return out
+    return Path(shutil.copytree(pristine, tmp_path / "out"))
 
 
 def _rewrite(out, mutate, *, reseal: bool):
@@ -186,6 +206,18 @@ def test_verify_writes_only_a_document_that_checks_out(tmp_path, monkeypatch):
     with pytest.raises(ArtifactInconsistent, match="summary.failed"):
         write_verification(bad, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_rerun_removes_the_plots_of_the_earlier_run_that_it_does_not_make(tmp_path, monkeypatch):
+    monkeypatch.setattr("privcheck.verify.available_suites", lambda: PLOTTED)
+    sealed_dir = tmp_path / "out"
+    assert main(["verify", "--out", str(sealed_dir), "--suite", "alpha", "beta"]) == 0
+    assert {p.name for p in sealed_dir.glob("*.png")} == {"alpha_curve.png", "beta_curve.png"}
+    (sealed_dir / "notes.txt").write_text("the user's own file")
+    assert main(["report", str(sealed_dir)]) == 0                 # a re-render keeps the set as it is
+    assert main(["verify", "--out", str(sealed_dir), "--suite", "alpha"]) == 0
+    assert {p.name for p in sealed_dir.glob("*.png")} == {"alpha_curve.png"}
+    assert (sealed_dir / "notes.txt").exists() and "beta_curve" not in (sealed_dir / "report.md").read_text()
 
 
 def test_count_checks_by_hand():

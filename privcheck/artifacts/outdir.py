@@ -133,8 +133,11 @@ def remove_leftovers(directory) -> list[Path]:
     cannot then be writing there, and entries of live processes are kept in any case."""
     directory = Path(directory)
     removed = []
-    with os.scandir(directory) as entries:
-        stale = [e for e in entries if (m := _LEFTOVER.match(e.name)) and not _alive(int(m.group(2)))]
+    try:
+        with os.scandir(directory) as entries:
+            stale = [e for e in entries if (m := _LEFTOVER.match(e.name)) and not _alive(int(m.group(2)))]
+    except OSError:                          # a directory we may write but not list: nothing to clean up
+        return removed
     for entry in stale:
         path = directory / entry.name
         try:
@@ -142,7 +145,7 @@ def remove_leftovers(directory) -> list[Path]:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-        except FileNotFoundError:
+        except OSError:                      # gone already, or not ours to remove after all
             continue
         removed.append(path)
     return removed

@@ -66,7 +66,7 @@ def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None
     w(f"- randomness: {r['mode']}{' (seed ' + str(r.get('seed')) + ')' if r.get('seed') is not None else ''}; "
       f"privacy release: {release}\n")
     recomputed = sha256_of(doc)
-    seal_state = "intact (recomputed)" if recomputed == doc["sha256"] else \
+    seal_state = "intact, recomputed" if recomputed == doc["sha256"] else \
         f"MISMATCH: recomputed `{recomputed}`, the document was edited after sealing"
     w(f"- sha256: `{doc['sha256']}` ({seal_state})\n\n")
 
