@@ -37,8 +37,8 @@ def one_torch_thread():
 
 
 # Test files that evaluate the same certified ε (the seven Table VI rows, the JAX-Privacy row, the MATH ε = 8
-# calibration: V12 `accountant_reference` and the `accounting` suite of `privcheck verify`) share one xdist work
-# unit, so the accountant's in-process cache computes each value once per session instead of once per worker.
+# calibration: V12 `accountant_reference`, the `accounting` suite of `privcheck verify`, the docs' figures) share one
+# xdist work unit, so the accountant's in-process cache computes each value once per session instead of once per worker.
 # Every other file is a unit of its own, as `--dist loadfile` makes it (`make test`).
 SHARED_ACCOUNTANT_UNIT = "table_vi_accountant"
 SHARED_ACCOUNTANT_FILES = frozenset({
@@ -49,6 +49,7 @@ SHARED_ACCOUNTANT_FILES = frozenset({
     "tests/checks/test_training_checks.py",
     "tests/bug_zoo/test_dpgrpo_zoo.py",
     "tests/benchmarks/test_bench_accounting.py",
+    "tests/test_docs.py",
 })
 
 
