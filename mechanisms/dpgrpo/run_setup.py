@@ -19,7 +19,14 @@ from pathlib import Path
 
 from mechanisms.dpgrpo.config import ARMS, NONPRIVATE_ARM, DPGRPOConfig
 from mechanisms.dpgrpo.launch import Launch, check_launch, detect_launch
-from mechanisms.dpgrpo.presets import Preset, config_for, first_token_even, get_preset, parity_public_examples
+from mechanisms.dpgrpo.presets import (
+    MAX_ROUNDS,
+    Preset,
+    config_for,
+    first_token_even,
+    get_preset,
+    parity_public_examples,
+)
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
@@ -81,7 +88,7 @@ def _parse_replicates(seeds, seed) -> tuple:
         return (("release", None),)
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
         raise InvalidParameter("seeds", seeds, "a list of non-negative integer seeds")
-    out = [val.count("seed", s, minimum=0) for s in seeds]
+    out = [val.seed("seed", s) for s in seeds]
     if not out or len(set(out)) != len(out):
         raise InvalidParameter("seeds", seeds, "a non-empty list of distinct non-negative integers")
     return tuple((f"seed{s}", s) for s in out)
@@ -168,7 +175,7 @@ def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=Non
         m = q * changes.get("n", p.n)
         changes["m"] = int(round(m)) if abs(m - round(m)) < 1e-9 else m
     if "T" in changes:
-        val.count("T", changes["T"])
+        val.count("T", changes["T"], 1, MAX_ROUNDS)
     if changes:
         try:
             p = p.replace(**changes)        # drops a precomputed σ when (q, T, δ, ε) change (Preset.replace)
