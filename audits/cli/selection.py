@@ -132,7 +132,7 @@ def _validate(args) -> None:
     sigma, candidates, sensitivity = _settings(args)
     v.count("candidates", candidates, 1, sp.MAX_CANDIDATES)
     _target(args.target, candidates), _lambda(args.lambda_tilde)     # checked even where the pair ignores them
-    v.positive("beta", args.beta), v.nonnegative("headroom", args.headroom)
+    v.positive("sigma", sigma), v.positive("beta", args.beta), v.nonnegative("headroom", args.headroom)
     if args.mechanism == "privbon":
         PrivBoNEvent(sensitivity, sigma, candidates=candidates, r_max=args.r_max)
     else:

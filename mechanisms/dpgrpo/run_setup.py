@@ -165,6 +165,8 @@ def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=Non
     if model_path is not None:
         if p.task != "addition":
             raise InvalidParameter("model", str(model_path), "only with an addition-task preset (tiny-cpu)")
+        if not str(model_path).strip():            # Path("") is the working directory
+            raise InvalidParameter("model", model_path, "an existing local weights directory or .gguf file")
         path = Path(model_path)
         if not (path.is_dir() or (path.is_file() and path.suffix == ".gguf")):
             raise InvalidParameter("model", str(model_path), "an existing local weights directory or .gguf file")
