@@ -79,7 +79,11 @@ class GaussianRuns:
         from audits.power import nominal_epsilon
         from audits.score_models import GDP
 
-        return nominal_epsilon(GDP(self.mu), delta)[0]
+        try:
+            return nominal_epsilon(GDP(self.mu), delta)[0]
+        except InvalidParameter:
+            raise InvalidParameter("sigma", self.sigma, f"a noise multiplier whose μ = √steps/σ = {self.mu:.6g} the "
+                                                        f"accountant covers at delta={delta!r}") from None
 
     def claim(self) -> dict:
         return {"accountant": "analytic",

@@ -246,7 +246,13 @@ def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
     if event is None:
         return None
     from privcheck.accounting import epsilon
-    eps = epsilon(event, delta).value
+    try:
+        eps = float(epsilon(event, delta).value)
+    except InvalidParameter as exc:       # the accountant names its event's fields; the caller gave a score model
+        raise InvalidParameter("score_model", model.name, f"a mechanism the accountant covers at delta={delta!r}: "
+                                                          f"{exc.allowed} for its {exc.name}") from None
+    if not math.isfinite(eps):
+        raise InvalidParameter("score_model", model.name, f"a mechanism with a finite ε at delta={delta!r}")
     if isinstance(model, DPSGDDirac):
         return float(eps), f"pld(q={model.q!r}, sigma={model.sigma!r}, T={model.steps}, delta={delta!r})"
     return float(eps), f"gdp_to_dp(mu={model.mu!r}, delta={delta!r})"

@@ -8,9 +8,11 @@ Exit status (the same for every subcommand):
 * 0 — done.
 * 1 — done, with a negative result: `verify` found a failing check, or a run stopped at its wall-clock guard
   (status "incomplete").
-* 2 — bad input, before any work and with nothing written: a usage error (argparse), an invalid parameter
-  (`privcheck: error: invalid NAME=VALUE: allowed range is ...`), another writer holding the output directory, or
-  an operating-system error reading an input or writing an output (`privcheck: error: PATH: reason`).
+* 2 — the input or the environment is at fault. Bad input is refused before any work, with nothing written: a
+  usage error (argparse), an invalid parameter (`privcheck: error: invalid NAME=VALUE: allowed range is ...`) or
+  another writer holding the output directory (`privcheck: error: invalid out=...: process PID is writing this
+  directory ...`). An operating-system error reading an input or writing an output (`privcheck: error: PATH:
+  reason`) leaves no partial artifact either.
 * 3 — internal error: an unexpected exception, reported as `privcheck: internal error: TYPE: message (rerun with
   --debug for the traceback)`; `privcheck --debug ...` (or `--debug` after the subcommand) prints the traceback.
 * 130 — interrupted (SIGINT, Ctrl-C): `privcheck: interrupted`; artifacts are written atomically, so an interrupted
