@@ -53,7 +53,7 @@ def count(lo: int, hi: int | None, valid: tuple, *, more: tuple = (), huge: bool
     library checks them; see tests/test_cli_hostile.py)."""
     hostile = (str(lo - 1), "-" + BIG, "1.5", "1e3", "nan", *NOT_NUMBERS, *more)
     if huge:
-        hostile += (BIG, str(2**64)) + (() if hi is None else (str(hi + 1),))
+        hostile = (BIG, *(() if hi is None else (str(hi + 1),)), *hostile, str(2**64))
     return Flag(valid, hostile, blame=blame)
 
 
@@ -415,6 +415,28 @@ def cases(draw, spec: Spec) -> Case:
     return Case(argv, valid, blamed)
 
 
+def sweep(spec: Spec, thorough: bool):
+    """Every flag alone: its first two hostile values (all of them when `thorough`), and its valid values where
+    that costs nothing (a command whose work is patched) or when `thorough`: a systematic pass beside the fuzz."""
+    exclusive = {f: [g for g in group if g != f] for group in spec.exclusive for f in group}
+    positional = [] if spec.positional is None else [spec.positional.hostile[0]]
+    for flag, info in spec.flags.items():
+        conflict = any(other in spec.base for other in exclusive.get(flag, ()))
+        for value in (info.hostile if thorough else info.hostile[:2]):
+            argv = [*spec.words, *positional, *_vector(spec.base, flag, value)]
+            yield Case(argv, False, {flag, _name(flag), *([info.name] if info.name else []), *info.blame})
+        if positional or not (thorough or spec.work is not None):
+            continue
+        for value in info.valid:
+            blamed = {flag, _name(flag), *exclusive.get(flag, ())}
+            yield Case([*spec.words, *_vector(spec.base, flag, value)], not conflict, blamed)
+
+
+def _vector(base: dict, flag: str, value) -> list[str]:
+    values = {**base, flag: value}
+    return [token for f, v in values.items() for token in _tokens(f, v)]
+
+
 def check(spec: Spec, case: Case, root: Path) -> None:
     """The oracle of the module docstring."""
     places = make_sandbox(root)
@@ -454,6 +476,23 @@ def _fuzz(spec: Spec, data) -> None:
 
 IDS = [f"{spec.command}[{spec.base.get('--mechanism', '')}]" if "--mechanism" in spec.base else spec.command
        for spec in SPECS]
+
+
+def _sweep(spec: Spec, thorough: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="privcheck-sweep-") as tmp, patched_work(spec.work or ()):
+        for i, case in enumerate(sweep(spec, thorough)):
+            check(spec, case, Path(tmp) / str(i))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_sweep(spec):
+    _sweep(spec, thorough=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", SPECS, ids=IDS)
+def test_sweep_thorough(spec):
+    _sweep(spec, thorough=True)
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
