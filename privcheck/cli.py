@@ -36,6 +36,12 @@ __all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_
            "emit", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_STATUS_HELP = """exit status:
+  0    done
+  1    done, with a negative result (a failing verify check, a run stopped by its wall-clock guard)
+  2    bad input (refused before any work, nothing written) or an error reading an input or writing an output
+  3    internal error (rerun with --debug for the traceback)
+  130  interrupted (Ctrl-C); no partial artifact is left"""
 
 
 def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
@@ -262,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _core_parser():
     """(parser, its subcommands action, the plugin verbs' subparsers, the --json parent) with privcheck's own
     commands only."""
-    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0], epilog=EXIT_STATUS_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"privcheck {privcheck.__version__}")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 3)")
     sub = p.add_subparsers(dest="command", required=True)

@@ -47,13 +47,15 @@ def patched_work(targets):
 
 
 def make_sandbox(root: Path) -> dict[str, str]:
-    """A sandbox under `root`: a regular file, an empty directory, and the names of paths that do not exist yet.
-    Returns the placeholders of the argument vectors ({out}, {file}, {dir}, {missing})."""
+    """A sandbox under `root`: a regular file, a file named like GGUF weights that is not, an empty directory, and
+    the names of paths that do not exist yet. Returns the placeholders of the argument vectors ({out}, {file},
+    {gguf}, {dir}, {missing})."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "file").write_text("x\n")
+    (root / "weights.gguf").write_bytes(b"not GGUF")
     (root / "dir").mkdir(exist_ok=True)
-    return {"{out}": str(root / "out"), "{file}": str(root / "file"), "{dir}": str(root / "dir"),
-            "{missing}": str(root / "missing")}
+    return {"{out}": str(root / "out"), "{file}": str(root / "file"), "{gguf}": str(root / "weights.gguf"),
+            "{dir}": str(root / "dir"), "{missing}": str(root / "missing")}
 
 
 def listing(root: Path) -> set[str]:

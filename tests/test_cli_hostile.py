@@ -242,6 +242,7 @@ def test_version_and_help_build_no_plugin_parser(monkeypatch, capsys):
         assert exc.value.code == (2 if argv == [] else 0)
     out = capsys.readouterr().out
     assert "privcheck 0.1.0" in out and "audit" in out
+    assert "exit status:" in out and "130  interrupted" in out and "3    internal error" in out
 
 
 HEAVY = ("torch", "transformers", "scipy", "dp_accounting", "flint", "numpy", "matplotlib", "mpmath", "jsonschema")

@@ -126,7 +126,8 @@ def _check_plot_cost(m: int, rounds: int) -> None:
     most = min(max_draws_per_score(size, BOUND_PLOT_SIMS) for size in plot_grid(m))
     if rounds > most:
         raise InvalidParameter("rounds", rounds, f"an integer in [1, {most}] (bound_vs_m.png simulates "
-                                                 f"{BOUND_PLOT_SIMS} audits per point, T normals per score)")
+                                                 f"{BOUND_PLOT_SIMS} audits of up to {max(plot_grid(m))} canaries "
+                                                 f"per point, T normals per score)")
 
 
 def cmd_audit_dpgrpo(args) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 
 from mechanisms.dpgrpo.config import ARMS, NONPRIVATE_ARM, DPGRPOConfig
@@ -31,7 +32,7 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["DEFAULT_ARMS", "DEVICES", "LOCAL_WEIGHTS_OVERRIDES", "OVERRIDABLE", "RunSetup", "arm_config",
-           "check_verifier", "setup_run"]
+           "check_model_path", "check_verifier", "setup_run"]
 
 DEFAULT_ARMS = ("dp_grpo", "zero_advantage")
 # Public knobs a caller may override (validated by `Preset`; σ is recalibrated when (q, T, δ, ε) change).
@@ -92,6 +93,24 @@ def _parse_replicates(seeds, seed) -> tuple:
     if not out or len(set(out)) != len(out):
         raise InvalidParameter("seeds", seeds, "a non-empty list of distinct non-negative integers")
     return tuple((f"seed{s}", s) for s in out)
+
+
+def check_model_path(model_path) -> Path:
+    """Local weights, checked before any work: a directory with config.json and *.safetensors / *.bin weights
+    (save_pretrained), or a file that starts with the GGUF magic."""
+    allowed = "an existing local weights directory (config.json and *.safetensors or *.bin) or .gguf file"
+    if isinstance(model_path, bool) or not isinstance(model_path, (str, PathLike)) or not str(model_path).strip():
+        raise InvalidParameter("model", model_path, allowed)            # Path("") would be the working directory
+    path = Path(model_path)
+    if path.is_file() and path.suffix == ".gguf":
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise InvalidParameter("model", str(model_path), "a GGUF file (it starts with b'GGUF')")
+        return path
+    if path.is_dir() and (path / "config.json").is_file() \
+            and any(f.suffix in (".safetensors", ".bin") for f in path.iterdir()):
+        return path
+    raise InvalidParameter("model", str(model_path), allowed)
 
 
 def _check_device(device: str) -> str:
@@ -165,12 +184,7 @@ def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=Non
     if model_path is not None:
         if p.task != "addition":
             raise InvalidParameter("model", str(model_path), "only with an addition-task preset (tiny-cpu)")
-        if not str(model_path).strip():            # Path("") is the working directory
-            raise InvalidParameter("model", model_path, "an existing local weights directory or .gguf file")
-        path = Path(model_path)
-        if not (path.is_dir() or (path.is_file() and path.suffix == ".gguf")):
-            raise InvalidParameter("model", str(model_path), "an existing local weights directory or .gguf file")
-        model_path = path
+        model_path = check_model_path(model_path)
         changes = {**LOCAL_WEIGHTS_OVERRIDES, **changes}
     if q is not None:
         q = val.sampling_rate("q", q)
