@@ -54,6 +54,7 @@ D_OVER_DPRIME = "D_over_Dprime"
 DPRIME_OVER_D = "Dprime_over_D"
 DIRECTIONS = (D_OVER_DPRIME, DPRIME_OVER_D)
 CRITERIA = ("plugin_ratio", "predicted_bound")
+MAX_SAMPLES = 10**7      # draws per side: both samples are held in memory and shuffled
 ASSUMPTIONS = ("iid_runs", "pair_fixed_before_sampling", "event_and_direction_chosen_on_selection_half_only",
                "neighbouring_datasets_under_claim_relation")
 
@@ -315,18 +316,10 @@ def _families(event_family) -> tuple:
     return tuple(out)
 
 
-def check_delta(value, name: str = "delta") -> float:
-    """δ in [0, 1): at δ = 1 every bound is 0, so such a claim cannot be audited."""
-    x = val.real(name, value, "[0, 1)")
-    if not 0.0 <= x < 1.0:
-        raise InvalidParameter(name, value, "[0, 1)")
-    return x
-
-
 def _seed(value):
     if value is None:
         return None
-    return val.count("seed", value, 0)
+    return val.seed("seed", value)
 
 
 def _draws(name: str, sampler: Sampler, n: int, gen: np.random.Generator) -> np.ndarray:
@@ -377,10 +370,10 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
         raise InvalidParameter("sample_D", type(sample_D).__name__, "a callable (size, generator) -> array")
     if not callable(sample_Dprime):
         raise InvalidParameter("sample_Dprime", type(sample_Dprime).__name__, "a callable (size, generator) -> array")
-    n = val.count("n", n, 2)
+    n = val.count("n", n, 2, MAX_SAMPLES)
     split_frac = val.open_unit("split_frac", split_frac)
     confidence = val.open_unit("confidence", confidence)
-    delta = check_delta(delta)
+    delta = val.claim_delta("delta", delta)
     seed = _seed(seed)
     families = _families(event_family)
     if criterion not in CRITERIA:
@@ -434,5 +427,5 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
 
 
 __all__ = ["ASSUMPTIONS", "CRITERIA", "DIRECTIONS", "DPRIME_OVER_D", "D_OVER_DPRIME", "Event", "EventChoice", "Fixed",
-           "PSEUDO_COUNT", "Singletons", "Thresholds", "TopPrefixes", "bound_from_counts", "check_delta",
+           "MAX_SAMPLES", "PSEUDO_COUNT", "Singletons", "Thresholds", "TopPrefixes", "bound_from_counts",
            "cp_lower", "cp_upper", "pair_audit", "select_event"]

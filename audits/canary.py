@@ -152,7 +152,7 @@ def draw_membership(m: int, seed: int | None = None) -> Membership:
     `privcheck.randomness.RandomnessPolicy` (tests only; never an audit release)."""
     m = val.count("m", m, 1)
     if seed is not None:
-        seed = val.count("seed", seed, 0)
+        seed = val.seed("seed", seed)
     policy = RandomnessPolicy.from_setting(seed)
     if policy.privacy_release:
         raw = np.frombuffer(secrets.token_bytes(math.ceil(m / 8)), dtype=np.uint8)
@@ -279,8 +279,9 @@ class Preregistration:
 
     def __post_init__(self):
         object.__setattr__(self, "m", val.count("m", self.m, 1))
-        object.__setattr__(self, "delta", val.unit_interval("delta", self.delta))
+        object.__setattr__(self, "delta", val.claim_delta("delta", self.delta))
         object.__setattr__(self, "confidence", val.open_unit("confidence", self.confidence))
+        object.__setattr__(self, "tie_break_seed", val.seed("tie_break_seed", self.tie_break_seed))
         if self.selection not in ("explicit", "bonferroni", "split"):
             raise InvalidParameter("selection", self.selection, "'explicit', 'bonferroni' or 'split'")
         object.__setattr__(self, "family", tuple(tuple(int(k) for k in pair) for pair in self.family))

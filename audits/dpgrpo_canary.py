@@ -56,8 +56,9 @@ import numpy as np
 
 from audits import canary as cn
 from audits.one_run import from_scores
-from audits.power import PowerReport
+from audits.power import PowerReport, max_draws_per_score
 from audits.power import plan as power_plan
+from audits.pvalue import MAX_CANARIES
 from audits.report import (
     ARTIFACT,
     SCHEMA_FILE,
@@ -65,8 +66,9 @@ from audits.report import (
     audit_document,
     check_out_dir,
 )
-from audits.score_models import DPSGDDirac
+from audits.score_models import MAX_STEPS, DPSGDDirac
 from audits.strategies import Explicit
+from mechanisms.dpgrpo.presets import MAX_RECORDS, MAX_ROUNDS
 from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
@@ -76,9 +78,10 @@ __all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAM
            "PLAN_SIMS", "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME",
            "SEED_NAMESPACE", "TOKENIZER_FILES", "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary",
            "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config", "audit_plan",
-           "audit_preset", "check_fresh_out", "check_seed", "check_trainer_cls", "checked_privacy_claim",
-           "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries", "final_private_path",
-           "local_audit_preset", "membership_seed", "plan_params", "preregistered_report", "private_files",
+           "audit_preset", "check_audit_size", "check_counts", "check_fresh_out", "check_seed", "check_trainer_cls",
+           "checked_privacy_claim", "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries",
+           "final_private_path", "local_audit_preset", "membership_seed", "plan_params", "preregistered_report",
+           "private_files",
            "reserved_coordinates", "resolve_preset", "run_gradient_canary_audit", "score_rounds", "split_log",
            "write_audit_files"]
 
@@ -443,8 +446,28 @@ def preregistered_report(frozen, membership, design, params: dict, *, diagnostic
 
 
 def check_seed(seed):
-    """None (OS entropy: an audit release) or a seed >= 0 (a test run)."""
-    return None if seed is None else val.count("seed", seed, minimum=0)
+    """None (OS entropy: an audit release) or a seed in [0, SEED_MAX] (a test run)."""
+    return None if seed is None else val.seed("seed", seed)
+
+
+def check_counts(canaries, rounds, *, minimum: int = 1) -> tuple[int, int | None]:
+    """m canaries (a one-run audit's range) and T rounds (a DP-GRPO run's range; None: the preset's)."""
+    m = val.count("canaries", canaries, minimum, MAX_CANARIES)
+    return m, None if rounds is None else val.count("rounds", rounds, 1, MAX_ROUNDS)
+
+
+def check_audit_size(*, m: int, T: int, n_real: int, plan_sims: int, per_step_llr: bool) -> None:
+    """Sizes an audit can run, before any work: n_real + m record slots (at most MAX_RECORDS) and, for the white-box
+    per-step score, a power plan whose simulation draws T normals per canary score (`audits.power`)."""
+    n_real = val.count("n_real", n_real, 1, MAX_RECORDS - 1)
+    if n_real + m > MAX_RECORDS:
+        raise InvalidParameter("canaries", m, f"an integer in [1, {MAX_RECORDS - n_real}] (n_real + canaries <= "
+                                              f"{MAX_RECORDS} record slots)")
+    if per_step_llr:
+        most = min(MAX_STEPS, max_draws_per_score(m, plan_sims))
+        if T > most:
+            raise InvalidParameter("rounds", T, f"an integer in [1, {most}] (the power plan draws T normals per "
+                                                f"simulated score of m = {m} canaries)")
 
 
 def check_trainer_cls(trainer_cls):
@@ -693,10 +716,10 @@ def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None,
     """
     from mechanisms.dpgrpo.trainer import DPTrainer
 
-    m = val.count("canaries", canaries)
+    m, rounds = check_counts(canaries, rounds)
     spec = resolve_preset(preset)
     q = spec.q if q is None else val.sampling_rate("q", q)
-    T = spec.T if rounds is None else val.count("rounds", rounds)
+    T = spec.T if rounds is None else rounds
     n_real = spec.n if n_real is None else val.count("n_real", n_real)
     confidence = val.open_unit("confidence", confidence)
     target_epsilon = spec.target_epsilon if target_epsilon is None else val.positive("target_epsilon",
@@ -709,6 +732,7 @@ def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None,
         raise InvalidParameter("mask_real", mask_real, "a bool")
     interference = val.nonnegative("interference", interference)
     plan_sims = val.count("plan_sims", plan_sims)
+    check_audit_size(m=m, T=T, n_real=n_real, plan_sims=plan_sims, per_step_llr=True)
     trainer_cls = check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
     out = check_fresh_out(out_dir)
 

@@ -60,6 +60,8 @@ from audits.dpgrpo_canary import (
     AuditPreset,
     audit_config,
     audit_plan,
+    check_audit_size,
+    check_counts,
     check_fresh_out,
     check_seed,
     check_trainer_cls,
@@ -162,10 +164,10 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
     """
     from mechanisms.dpgrpo.trainer import DPTrainer
 
-    m = val.count("canaries", canaries, minimum=2)
+    m, rounds = check_counts(canaries, rounds, minimum=2)
     spec = resolve_preset(preset)
     q = spec.q if q is None else val.sampling_rate("q", q)
-    T = spec.T if rounds is None else val.count("rounds", rounds)
+    T = spec.T if rounds is None else rounds
     n_real = spec.n if n_real is None else val.count("n_real", n_real)
     confidence = val.open_unit("confidence", confidence)
     target_epsilon = spec.target_epsilon if target_epsilon is None else val.positive("target_epsilon",
@@ -180,6 +182,7 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
         raise InvalidParameter("pretraining", pretraining, "a BinaryPretraining or None")
     seed = check_seed(seed)
     plan_sims = val.count("plan_sims", plan_sims)
+    check_audit_size(m=max(m, m_pilot), T=T, n_real=n_real, plan_sims=plan_sims, per_step_llr=False)
     trainer_cls = check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
     out = check_fresh_out(out_dir)
 

@@ -21,7 +21,8 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from audits import report
-from audits.multirun import check_rates, cp_upper
+from audits.multirun import MAX_HYPOTHESES, check_rates, cp_upper
+from audits.pvalue import MAX_CANARIES
 from audits.report import GAUSSIAN_TRADEOFF, AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
@@ -112,7 +113,7 @@ def from_rates(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, confide
     fp, n_out, fn, n_in = check_rates(fp, n_out, fn, n_in)
     delta = _gdp_delta(delta)
     confidence = val.open_unit("confidence", confidence)
-    n_hypotheses = val.count("n_hypotheses", n_hypotheses, 1)
+    n_hypotheses = val.count("n_hypotheses", n_hypotheses, 1, MAX_HYPOTHESES)
     p = val.significance(confidence)
     out = mu_from_rates(fp, n_out, fn, n_in, delta, p, n_hypotheses)
     top = mu_from_rates(0, n_out, 0, n_in, delta, p, n_hypotheses)
@@ -172,7 +173,7 @@ def fdp_mu_lower(m: int, r: int, v: int, tau: float) -> tuple[float, bool]:
 def fdp_one_run(m: int, guesses: int, correct: int, *, delta: float, confidence: float = 0.95, power=None,
                 claim=None, canaries=None, diagnostics=None) -> AuditReport:
     """GDP-family estimate from one-run counts (method fdp_one_run; assumption gaussian_tradeoff)."""
-    m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct")
+    m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct", maximum=MAX_CANARIES)
     delta = _gdp_delta(delta)
     confidence = val.open_unit("confidence", confidence)
     p = val.significance(confidence)

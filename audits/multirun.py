@@ -26,9 +26,12 @@ from audits.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-__all__ = ["EPS_CAP", "check_rates", "clopper_pearson", "cp_bound", "cp_lower", "cp_upper"]
+__all__ = ["EPS_CAP", "MAX_HYPOTHESES", "MAX_RUNS", "check_rates", "clopper_pearson", "cp_bound", "cp_lower",
+           "cp_upper"]
 
 EPS_CAP = 100.0
+MAX_RUNS = 10**6          # N₀, N₁: each run of a multi-run audit is a training, and the driver keeps every score
+MAX_HYPOTHESES = 10**6    # K thresholds (hypotheses) declared in advance: Bonferroni level p/(2K)
 
 
 def cp_upper(k: int, n: int, a: float) -> float:
@@ -46,9 +49,9 @@ def cp_lower(k: int, n: int, a: float) -> float:
 
 
 def check_rates(fp, n_out, fn, n_in) -> tuple[int, int, int, int]:
-    """Run counts: N₀, N₁ ≥ 1, 0 ≤ FP ≤ N₀, 0 ≤ FN ≤ N₁."""
-    n_out = val.count("n_out", n_out, 1)
-    n_in = val.count("n_in", n_in, 1)
+    """Run counts: 1 ≤ N₀, N₁ ≤ MAX_RUNS, 0 ≤ FP ≤ N₀, 0 ≤ FN ≤ N₁."""
+    n_out = val.count("n_out", n_out, 1, MAX_RUNS)
+    n_in = val.count("n_in", n_in, 1, MAX_RUNS)
     fp = val.count("fp", fp, 0)
     fn = val.count("fn", fn, 0)
     if fp > n_out:
@@ -82,11 +85,11 @@ def clopper_pearson(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, co
                     claim=None, diagnostics=None) -> AuditReport:
     """Multi-run audit report (method clopper_pearson); `rejects_nominal` iff ε_lower > ε_nom."""
     fp, n_out, fn, n_in = check_rates(fp, n_out, fn, n_in)
-    delta = val.unit_interval("delta", delta)
+    delta = val.claim_delta("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if not isinstance(two_sided, bool):
         raise InvalidParameter("two_sided", two_sided, "True or False")
-    n_thresholds = val.count("n_thresholds", n_thresholds, 1)
+    n_thresholds = val.count("n_thresholds", n_thresholds, 1, MAX_HYPOTHESES)
     eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
     p = val.significance(confidence)
     out = cp_bound(fp, n_out, fn, n_in, delta, p, two_sided, n_thresholds)

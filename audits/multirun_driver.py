@@ -31,16 +31,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from audits.backends import DEFAULT_MAX_RETRIES, TaskFailure, check_backend, run_tasks
-from audits.multirun import clopper_pearson
+from audits.multirun import MAX_RUNS, clopper_pearson
 from audits.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
 from privcheck.serialization import thaw
 
-__all__ = ["GaussianRuns", "MultiRunResult", "RUN_SEED_LABEL", "run_multirun_audit", "run_seeds"]
+__all__ = ["GAUSSIAN_MAX_DRAWS", "GaussianRuns", "MultiRunResult", "RUN_SEED_LABEL", "run_multirun_audit", "run_seeds"]
 
 RUN_SEED_LABEL = "audits.multirun/{arm}/{index}"
+GAUSSIAN_MAX_DRAWS = 10**9     # normals drawn by all runs of the built-in target (runs × T; about a minute)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,13 @@ class GaussianRuns:
 
     def __post_init__(self):
         object.__setattr__(self, "sigma", val.positive("sigma", self.sigma))
-        object.__setattr__(self, "steps", val.count("steps", self.steps))
+        object.__setattr__(self, "steps", val.count("steps", self.steps, 1, GAUSSIAN_MAX_DRAWS // 2))
+
+    def check_runs(self, runs: int) -> None:
+        """`runs` runs draw runs·T normals in all: at most GAUSSIAN_MAX_DRAWS (InvalidParameter naming steps)."""
+        if runs * self.steps > GAUSSIAN_MAX_DRAWS:
+            raise InvalidParameter("steps", self.steps, f"an integer in [1, {GAUSSIAN_MAX_DRAWS // runs}] for {runs} "
+                                   f"runs (runs × steps <= {GAUSSIAN_MAX_DRAWS} normal draws)")
 
     @property
     def mu(self) -> float:
@@ -72,7 +79,11 @@ class GaussianRuns:
         from audits.power import nominal_epsilon
         from audits.score_models import GDP
 
-        return nominal_epsilon(GDP(self.mu), delta)[0]
+        try:
+            return nominal_epsilon(GDP(self.mu), delta)[0]
+        except InvalidParameter:
+            raise InvalidParameter("sigma", self.sigma, f"a noise multiplier whose μ = √steps/σ = {self.mu:.6g} the "
+                                                        f"accountant covers at delta={delta!r}") from None
 
     def claim(self) -> dict:
         return {"accountant": "analytic",
@@ -120,15 +131,17 @@ def run_multirun_audit(train_and_score, *, runs_in: int, runs_out: int, threshol
     validated before the first run."""
     if not callable(train_and_score):
         raise InvalidParameter("train_and_score", train_and_score, "a callable (seed, include_canary) -> score")
-    runs_in, runs_out = val.count("runs_in", runs_in), val.count("runs_out", runs_out)
+    runs_in, runs_out = val.count("runs_in", runs_in, 1, MAX_RUNS), val.count("runs_out", runs_out, 1, MAX_RUNS)
     threshold = val.finite("threshold", threshold)
-    delta = val.unit_interval("delta", delta)
+    delta = val.claim_delta("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if not isinstance(two_sided, bool):
         raise InvalidParameter("two_sided", two_sided, "True or False")
     eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
-    seed = None if seed is None else val.count("seed", seed, minimum=0)
+    seed = None if seed is None else val.seed("seed", seed)
     backend, address, max_retries = check_backend(backend, address, max_retries)
+    if isinstance(train_and_score, GaussianRuns):
+        train_and_score.check_runs(runs_in + runs_out)
     if claim is None and isinstance(train_and_score, GaussianRuns):
         claim = train_and_score.claim()
     clopper_pearson(0, 1, 0, 1, delta=delta, confidence=confidence, claim=claim)   # the claim, checked up front

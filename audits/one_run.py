@@ -16,6 +16,7 @@ from audits import strategies as st
 from audits.pvalue import (
     BISECTION_WIDTH,
     EPS_CAP,
+    MAX_CANARIES,
     EpsSearch,
     ceiling,
     eps_lower,
@@ -29,8 +30,9 @@ from audits.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-__all__ = ["BISECTION_WIDTH", "EPS_CAP", "EpsSearch", "ceiling", "eps_lower", "eps_lower_closed_form_delta0",
-           "from_counts", "from_scores", "min_correct", "p_value", "p_value_unchecked", "search_eps_lower"]
+__all__ = ["BISECTION_WIDTH", "EPS_CAP", "EpsSearch", "MAX_CANARIES", "ceiling", "eps_lower",
+           "eps_lower_closed_form_delta0", "from_counts", "from_scores", "min_correct", "p_value", "p_value_unchecked",
+           "search_eps_lower"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -68,8 +70,8 @@ def from_counts(m: int, guesses: int, correct: int, *, delta: float, confidence:
                 eps_nominal: float | None = None, power=None, claim=None, canaries=None,
                 diagnostics=None) -> AuditReport:
     """One-run audit from its counts: m randomised canaries, r guesses, v correct."""
-    m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct")
-    delta = val.unit_interval("delta", delta)
+    m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct", maximum=MAX_CANARIES)
+    delta = val.claim_delta("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     eps_nominal = _nominal(eps_nominal)
     p = val.significance(confidence)
@@ -91,13 +93,13 @@ def from_scores(scores, membership, *, delta: float, confidence: float = 0.95, k
     here, refused if it was revealed before the scores were frozen) or a ±1 / 0-1 / boolean vector.
     `strategy`: `Explicit()` (default; needs k_plus), `Bonferroni(family)` or `Split(frac, seed)`.
     """
-    delta = val.unit_interval("delta", delta)
+    delta = val.claim_delta("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     eps_nominal = _nominal(eps_nominal)
     strategy = st.check_strategy(st.Explicit() if strategy is None else strategy)
-    tie_seed = st.TIE_BREAK_SEED if tie_break_seed is None else val.count("tie_break_seed", tie_break_seed, 0)
+    tie_seed = st.TIE_BREAK_SEED if tie_break_seed is None else val.seed("tie_break_seed", tie_break_seed)
     frozen = cn.freeze_scores(scores)
-    m = frozen.m
+    m = val.count("scores", frozen.m, 1, MAX_CANARIES)
     sealed = isinstance(membership, cn.Membership)
     if sealed:
         if membership.m != m:

@@ -44,23 +44,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from audits.backends import DEFAULT_MAX_RETRIES, check_backend, run_tasks
-from audits.pvalue import EPS_CAP, eps_lower, p_value
+from audits.pvalue import EPS_CAP, MAX_CANARIES, eps_lower, p_value
 from audits.score_models import DPSGDDirac, ScoreModel, parse_score_model
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
 
 __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling", "DEFAULT_GRID_POINTS", "GridPoint",
-           "GuessRule", "MC_SEED_LABEL", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport", "REFERENCE_MIN_SCORES",
-           "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid", "guess_counts", "mc_tasks",
-           "min_correct", "nominal_epsilon", "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
+           "GuessRule", "MAX_SIMULATED_DRAWS", "MC_SEED_LABEL", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport",
+           "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid", "guess_counts",
+           "max_draws_per_score", "mc_tasks", "min_correct", "nominal_epsilon", "plan", "plot_bound_vs_canaries",
+           "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
 REFERENCE_MIN_SCORES = 500_000    # reference floor (half in, half out); plan spread ≈ ±0.07 in ε, DP-GRPO m = 1e4
 SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in tasks of about this many scores
 MC_SEED_LABEL = "audits.power/monte_carlo/{}"     # task j's seed: RandomnessPolicy.derive_seed(label.format(j))
-CANARIES_SEARCH_MAX = 10 ** 8     # the canaries search stops here (the ceiling property is verified up to r = 1e8)
+CANARIES_SEARCH_MAX = MAX_CANARIES   # the canaries search stops here (the ceiling property is verified up to 1e8)
+MAX_SIMULATED_DRAWS = 2 * 10**9   # random numbers a plan draws (reference sample + sims·m scores): about a minute
 POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
                     "prob_zero", "score_model")
 
@@ -136,8 +138,12 @@ def _significance(confidence) -> float:
 
 
 def _delta(delta) -> float:
-    """δ in [0, 1] (δ = 0 is a pure-DP claim)."""
-    return val.unit_interval("delta", delta)
+    """δ of the planned audit's claim, in [0, 1) (δ = 0 is a pure-DP claim)."""
+    return val.claim_delta("delta", delta)
+
+
+def _canaries(m) -> int:
+    return val.count("m", m, 1, MAX_CANARIES)
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,7 @@ class Ceiling:
 
 def ceiling(m: int, delta: float, confidence: float = 0.95, r_grid=None) -> Ceiling:
     """ε_max(m) = max_r EPS_LB(m, r, r, δ, p) over `r_grid` ∪ {m} (default: 24 log-spaced r)."""
-    m = val.count("m", m)
+    m = _canaries(m)
     delta, p = _delta(delta), _significance(confidence)
     grid = guess_counts(m, CEILING_GRID_POINTS) if r_grid is None else tuple(
         sorted({val.count("r_grid", r) for r in r_grid} | {m}))
@@ -166,7 +172,7 @@ def ceiling(m: int, delta: float, confidence: float = 0.95, r_grid=None) -> Ceil
 
 def min_correct(m: int, r: int, eps_target: float, delta: float, confidence: float = 0.95) -> int | None:
     """Smallest v ≤ r with PVAL(m, r, v, ε_target, δ) < p (the test rejects ε_target), or None if v = r does not."""
-    m, r = val.count("m", m), val.count("r", r)
+    m, r = _canaries(m), val.count("r", r)
     if r > m:
         raise InvalidParameter("r", r, f"an integer in [1, m={m}]")
     eps_target = val.nonnegative("eps_nominal", eps_target)
@@ -193,7 +199,7 @@ def canaries_needed(eps_target: float, delta: float, confidence: float = 0.95,
     """
     eps_target = val.nonnegative("eps_nominal", eps_target)
     delta, p = _delta(delta), _significance(confidence)
-    m_max = val.count("m_max", m_max)
+    m_max = val.count("m_max", m_max, 1, MAX_CANARIES)
     if delta == 0.0:
         log_rho = -math.log1p(math.exp(-eps_target))          # ln ρ(ε) = −ln(1 + e^{−ε}) < 0
         m = math.floor(math.log(p) / log_rho) + 1              # smallest m with m·ln ρ < ln p
@@ -240,7 +246,13 @@ def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
     if event is None:
         return None
     from privcheck.accounting import epsilon
-    eps = epsilon(event, delta).value
+    try:
+        eps = float(epsilon(event, delta).value)
+    except InvalidParameter as exc:       # the accountant names its event's fields; the caller gave a score model
+        raise InvalidParameter("score_model", model.name, f"a mechanism the accountant covers at delta={delta!r}: "
+                                                          f"{exc.allowed} for its {exc.name}") from None
+    if not math.isfinite(eps):
+        raise InvalidParameter("score_model", model.name, f"a mechanism with a finite ε at delta={delta!r}")
     if isinstance(model, DPSGDDirac):
         return float(eps), f"pld(q={model.q!r}, sigma={model.sigma!r}, T={model.steps}, delta={delta!r})"
     return float(eps), f"gdp_to_dp(mu={model.mu!r}, delta={delta!r})"
@@ -253,7 +265,7 @@ def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
 def _reference_counts(model: ScoreModel, m: int, rules, rng) -> tuple[int, list[int]]:
     """Correct guesses of each rule on a reference sample of R·m scores (R·m/2 in, R·m/2 out), in units where the
     top-k₊/m fraction of the pool is exactly R·k₊ scores. Returns (R, correct counts)."""
-    ratio = 2 * math.ceil(REFERENCE_MIN_SCORES / (2 * m))          # even, so R·m/2 is an integer
+    ratio = _reference_scores(m) // m                               # even, so R·m/2 is an integer
     half = ratio * m // 2
     labels = np.concatenate([np.ones(half, dtype=bool), np.zeros(half, dtype=bool)])
     scores = model.draw(labels, rng)
@@ -388,7 +400,30 @@ class PowerReport:
 
 
 def _seed(seed) -> int | None:
-    return None if seed is None else val.count("seed", seed, minimum=0)
+    return None if seed is None else val.seed("seed", seed)
+
+
+def _reference_scores(m: int) -> int:
+    """Scores of the reference sample (R·m with R even and R·m ≥ REFERENCE_MIN_SCORES; `_reference_counts`)."""
+    return 2 * math.ceil(REFERENCE_MIN_SCORES / (2 * m)) * m
+
+
+def max_draws_per_score(m: int, sims: int) -> int:
+    """The most random numbers per simulated score that a plan of m canaries and `sims` audits may draw."""
+    return MAX_SIMULATED_DRAWS // (_reference_scores(m) + sims * m)
+
+
+def _check_cost(m: int, sims: int, model: ScoreModel) -> None:
+    """The reference sample and `sims` simulated audits of m canaries draw at most MAX_SIMULATED_DRAWS numbers."""
+    per_score = model.draws_per_score
+    room = MAX_SIMULATED_DRAWS // per_score - _reference_scores(m)
+    if room < m:
+        raise InvalidParameter("score_model", model.name, f"a model whose reference sample ({_reference_scores(m)} "
+                               f"scores) and one simulated audit of m = {m} canaries take at most "
+                               f"{MAX_SIMULATED_DRAWS} draws (it draws {per_score} per score)")
+    if sims > room // m:
+        raise InvalidParameter("sims", sims, f"an integer in [1, {room // m}] (reference sample + sims × m = {m} "
+                               f"scores × {per_score} draws per score <= {MAX_SIMULATED_DRAWS})")
 
 
 @dataclass(frozen=True)
@@ -411,13 +446,14 @@ def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_gr
                          seed=None, backend="serial", address=None,
                          max_retries=DEFAULT_MAX_RETRIES) -> PlanInputs:
     """Check every input of `plan` without doing any work (the CLI calls it before deriving a nominal ε)."""
-    m = val.count("m", m)
+    m = _canaries(m)
     delta = _delta(delta)
     _significance(confidence)
     eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
     model = parse_score_model(score_model)
     rules = _parse_k_grid(k_grid, m)
     sims, seed = val.count("sims", sims), _seed(seed)
+    _check_cost(m, sims, model)
     backend, address, max_retries = check_backend(backend, address, max_retries)
     return PlanInputs(m, delta, float(confidence), eps_nominal, model, rules, sims, seed, backend, address,
                       max_retries)
@@ -533,10 +569,12 @@ def plot_bound_vs_canaries(score_model, canaries, *, delta, confidence=0.95, eps
     model = parse_score_model(score_model)
     if isinstance(canaries, (str, bytes)) or not hasattr(canaries, "__iter__"):
         raise InvalidParameter("canaries", canaries, "a non-empty sequence of integers >= 1")
-    ms = tuple(sorted({val.count("canaries", m) for m in canaries}))
+    ms = tuple(sorted({val.count("canaries", m, 1, MAX_CANARIES) for m in canaries}))
     if not ms:
         raise InvalidParameter("canaries", canaries, "a non-empty sequence of integers >= 1")
     _delta(delta), _significance(confidence), val.count("sims", sims), _seed(seed)
+    for m in ms:
+        _check_cost(m, sims, model)
     eps_nominal = None if eps_nominal is None else val.nonnegative("eps_nominal", eps_nominal)
     try:
         import matplotlib

@@ -34,6 +34,7 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 STATS = ("llr", "sum")
+MAX_STEPS = 10**5   # T of dpsgd_dirac: its nominal ε is the PLD of T steps (about 30 s at 1e5 on one core)
 # Elements per float32 block of per-step LLR terms (~8 MB): bounds memory whatever m, sims and T are.
 _BLOCK_ELEMENTS = 2_000_000
 # Above this exponent, exp() in float32 may overflow (float32 max ≈ e^88.7); such terms are redone in float64.
@@ -53,6 +54,11 @@ class ScoreModel:
 
     def describe(self) -> dict:
         return {"name": self.name, "params": self.params()}
+
+    @property
+    def draws_per_score(self) -> int:
+        """Random numbers drawn per simulated score (what a power plan's cost is counted in)."""
+        return 1
 
     @property
     def event(self):
@@ -115,7 +121,7 @@ class DPSGDDirac(ScoreModel):
     def __post_init__(self):
         object.__setattr__(self, "q", val.sampling_rate("q", self.q))
         object.__setattr__(self, "sigma", val.positive("sigma", self.sigma))
-        object.__setattr__(self, "steps", val.count("T", self.steps))
+        object.__setattr__(self, "steps", val.count("T", self.steps, 1, MAX_STEPS))
         if self.stat not in STATS:
             raise InvalidParameter("stat", self.stat, " or ".join(STATS))
         object.__setattr__(self, "interference", val.nonnegative("interference", self.interference))
@@ -134,6 +140,11 @@ class DPSGDDirac(ScoreModel):
         """The audited DP-SGD / DP-GRPO mechanism: Poisson rate q, noise multiplier σ, T steps (add/remove)."""
         from privcheck.accounting import PoissonGaussianEvent
         return PoissonGaussianEvent(sampling_rate=self.q, noise_multiplier=self.sigma, steps=self.steps)
+
+    @property
+    def draws_per_score(self) -> int:
+        """The llr statistic draws one normal per step; the sum statistic one normal in all."""
+        return self.steps if self.stat == "llr" else 1
 
     @property
     def noise_scale(self) -> float:
@@ -268,4 +279,4 @@ def _number(name: str, text: str) -> float:
         raise InvalidParameter(name, text, "a number") from None
 
 
-__all__ = ["DPSGDDirac", "Empirical", "GDP", "Perfect", "STATS", "ScoreModel", "parse_score_model"]
+__all__ = ["DPSGDDirac", "Empirical", "GDP", "MAX_STEPS", "Perfect", "STATS", "ScoreModel", "parse_score_model"]

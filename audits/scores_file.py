@@ -315,16 +315,17 @@ def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: i
     must agree with it: δ, confidence, m, k₊, k₋, tie-break seed). `eps_nominal`: the claimed ε to test.
     """
     from audits.one_run import from_scores
+    from audits.pvalue import MAX_CANARIES
 
-    delta = val.unit_interval("delta", delta)
+    delta = val.claim_delta("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if eps_nominal is not None:
         eps_nominal = val.nonnegative("eps_nominal", eps_nominal)
     for name, value in (("k_plus", k_plus), ("k_minus", k_minus)):
         if value is not None:
-            val.count(name, value, 0)
+            val.count(name, value, 0, MAX_CANARIES)
     if tie_break_seed is not None:
-        val.count("tie_break_seed", tie_break_seed, 0)
+        val.seed("tie_break_seed", tie_break_seed)
     loaded = load_scores(path)
     prereg = loaded.preregistration
     if prereg is not None:

@@ -44,6 +44,7 @@ from scipy.stats import norm
 
 from audits.blackbox import (
     D_OVER_DPRIME,
+    MAX_SAMPLES,
     Event,
     Fixed,
     Singletons,
@@ -67,6 +68,8 @@ from privcheck.accounting import PrivBoNEvent, PrivITPEvent, PrivITPParams, Priv
 from privcheck.errors import InvalidParameter
 
 _CHUNK_CANDIDATES = 1 << 22     # draws per sampler call are chunked to bound memory (rows × n)
+MAX_CANDIDATES = 2**16          # n of a pair: the artifact lists every candidate's score on both sides
+MAX_DRAWS = 10**9               # samples per side × n: candidate scores the mechanism noises per side (minutes)
 
 SCOPE = "score-level harness with a fixed public candidate list: tests the mechanism, not the reward model's Δ"
 
@@ -135,7 +138,9 @@ class SelectionPair:
 
     def audit(self, n: int, *, seed, confidence: float = 0.95, split_frac: float = 0.5, event_family=None,
               criterion: str = "plugin_ratio", diagnostics: dict | None = None):
-        """`pair_audit` on this pair with its nominal values and claim metadata."""
+        """`pair_audit` on this pair with its nominal values and claim metadata (n draws per side, each running
+        the mechanism on the pair's candidate list: n × candidates ≤ MAX_DRAWS)."""
+        check_samples(n, 1 if self.scores_D is None else len(self.scores_D))
         return pair_audit(self.sample_D, self.sample_Dprime, n=n, split_frac=split_frac,
                           event_family=self.event_family if event_family is None else event_family,
                           delta=self.delta, confidence=confidence, seed=seed, criterion=criterion,
@@ -147,6 +152,16 @@ class SelectionPair:
         if isinstance(event, Event):
             return event.contains(support)
         return np.isin(support, np.asarray(tuple(event)))
+
+
+def check_samples(samples, candidates: int) -> int:
+    """Draws per side of an audit whose every draw runs the mechanism on `candidates` candidates."""
+    most = min(MAX_SAMPLES, MAX_DRAWS // candidates)
+    return v.count("samples", samples, 2, most)
+
+
+def _candidates(value) -> int:
+    return v.count("candidates", value, 1, MAX_CANDIDATES)
 
 
 def _chunked(draw: Callable[[int, np.random.Generator], np.ndarray], width: int):
@@ -169,7 +184,7 @@ def privbon_worst_pair(sensitivity, sigma, candidates, r_max, r_lo=0.0, *, mode:
     `mechanism`: an object with `select(scores[P, n], generator) -> SelectionResult` (default
     `PrivBoN(Δ, σ, r_max, r_lo, mode)`); its own record gives the claimed ε on each side.
     """
-    n = v.count("candidates", candidates)
+    n = _candidates(candidates)
     d, lo = v.positive("sensitivity", sensitivity), v.finite("r_lo", r_lo)
     hi = v.finite("r_max", r_max)
     return privbon_pair(np.array([lo + d] + [hi - d] * (n - 1)), np.array([lo] + [hi] * (n - 1)),
@@ -265,6 +280,7 @@ def privitp_phase2_pair(params: PrivITPParams, lambda_tilde, target, *, accounta
     acc = params if accountant_params is None else accountant_params
     if not isinstance(acc, PrivITPParams):
         raise InvalidParameter("accountant_params", type(acc).__name__, "a PrivITPParams or None")
+    _candidates(params.candidates)
     lt = v.finite("lambda_tilde", lambda_tilde)
     t0 = _target(params, target)
     n = params.candidates
@@ -317,7 +333,7 @@ def plan_privitp_phase2(base: PrivITPParams, target, samples: int, *, sigma_z_gr
     Default grids: σ_Z = base.sigma_z; λ̃ in 13 steps from r_lo − (r_max − r_lo)/2 to r_max."""
     if not isinstance(base, PrivITPParams):
         raise InvalidParameter("base", type(base).__name__, "a PrivITPParams")
-    samples = v.count("samples", samples, minimum=2)
+    samples = check_samples(samples, _candidates(base.candidates))
     min_expected = v.nonnegative("min_expected", min_expected)
     t0 = _target(base, target)
     width = base.r_max - base.r_lo
@@ -359,7 +375,7 @@ def privitp_phase1_pair(params: PrivITPParams, *, phase1_scores=None, phase1_eps
     """
     if not isinstance(params, PrivITPParams):
         raise InvalidParameter("params", type(params).__name__, "a PrivITPParams")
-    n, d = params.candidates, params.sensitivity
+    n, d = _candidates(params.candidates), params.sensitivity
     if phase1_scores is None:
         s = np.full(n, (params.r_lo + params.r_max - d) / 2.0)
     else:
@@ -430,6 +446,6 @@ def privitp_independence_probe(params: PrivITPParams, phase1_scores, phase1_perm
         claimed={D_OVER_DPRIME: 0.0, "Dprime_over_D": 0.0})
 
 
-__all__ = ["Phase2Plan", "SCOPE", "SelectionPair", "exponential_mechanism_pair", "plan_privitp_phase2",
-           "privbon_pair", "privbon_worst_pair", "privitp_independence_probe", "privitp_phase1_pair",
-           "privitp_phase2_pair"]
+__all__ = ["MAX_CANDIDATES", "MAX_DRAWS", "Phase2Plan", "SCOPE", "SelectionPair", "check_samples",
+           "exponential_mechanism_pair", "plan_privitp_phase2", "privbon_pair", "privbon_worst_pair",
+           "privitp_independence_probe", "privitp_phase1_pair", "privitp_phase2_pair"]

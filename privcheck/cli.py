@@ -1,6 +1,23 @@
 """`privcheck` command line. Each subcommand prints one JSON object with --json, a table otherwise.
 
-Errors go to stderr with exit code 2 and name the offending parameter; `verify` exits 1 iff a check fails.
+Every argument is checked before any work starts, output directories included (claimed and locked by
+`privcheck.artifacts.claim_output_directory` before the first computation). Errors go to stderr as one line.
+
+Exit status (the same for every subcommand):
+
+* 0 — done.
+* 1 — done, with a negative result: `verify` found a failing check, `report` found an artifact that does not
+  check out (a first-line warning on stdout), or a run stopped at its wall-clock guard (status "incomplete").
+* 2 — the input or the environment is at fault. Bad input is refused before any work, with nothing written: a
+  usage error (argparse), an invalid parameter (`privcheck: error: invalid NAME=VALUE: allowed range is ...`) or
+  another writer holding the output directory (`privcheck: error: invalid out=...: process PID is writing this
+  directory ...`). An operating-system error reading an input or writing an output (`privcheck: error: PATH:
+  reason`) leaves no partial artifact either.
+* 3 — internal error: an unexpected exception, reported as `privcheck: internal error: TYPE: message (rerun with
+  --debug for the traceback)`; `privcheck --debug ...` (or `--debug` after the subcommand) prints the traceback.
+* 130 — interrupted (SIGINT, Ctrl-C, or SIGTERM, which every command turns into the same interruption):
+  `privcheck: interrupted`; artifacts are written atomically, so an interrupted command leaves no partial file
+  behind.
 """
 
 from __future__ import annotations
@@ -8,14 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
 
 import privcheck
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.serialization import jsonable
 
-__all__ = ["build_parser", "emit", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "dispatch",
+           "emit", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_STATUS_HELP = """exit status:
+  0    done
+  1    done, with a negative result (a failing verify check, an artifact that does not check out, a run
+       stopped by its wall-clock guard)
+  2    bad input (refused before any work, nothing written) or an error reading an input or writing an output
+  3    internal error (rerun with --debug for the traceback)
+  130  interrupted (Ctrl-C); no partial artifact is left"""
 
 
 def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
@@ -208,9 +236,9 @@ def cmd_convert_replace_one(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from privcheck.artifacts import claim_output_directory, terminate_as_interrupt
+    from privcheck.artifacts import claim_output_directory
     from privcheck.verify import run_verification, write_verification
-    with terminate_as_interrupt(), claim_output_directory(args.out, name="out") as out:
+    with claim_output_directory(args.out, name="out") as out:
         doc = run_verification(args.suite, seed=args.seed)
         path = write_verification(doc, out)
     s = doc["summary"]
@@ -223,11 +251,9 @@ def cmd_verify(args) -> int:
 
 
 def cmd_report(args) -> int:
-    """Exit 0 when the artifact checks out, EXIT_PROBLEMS (3) with a first-line warning when it does not."""
-    from privcheck.artifacts import terminate_as_interrupt
+    """Exit 0 when the artifact checks out, EXIT_PROBLEMS (1) with a first-line warning when it does not."""
     from privcheck.artifacts.report import EXIT_PROBLEMS, render_report, warning_line
-    with terminate_as_interrupt():
-        done = render_report(args.dir)
+    done = render_report(args.dir)
     warning = warning_line(done.problems, str(done.artifact)) if done.problems else None
     counts = done.counts or {}
     payload = {"report": str(done.report), "artifact": str(done.artifact), "intact": not done.problems,
@@ -261,11 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _core_parser():
     """(parser, its subcommands action, the plugin verbs' subparsers, the --json parent) with privcheck's own
     commands only."""
-    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0], epilog=EXIT_STATUS_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"privcheck {privcheck.__version__}")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 3)")
     sub = p.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print one JSON object")
+    common = common_parent()
 
     account = sub.add_parser("account", help="privacy loss of a mechanism").add_subparsers(dest="what", required=True)
     a = account.add_parser("dp-sgd", parents=[common], help="Poisson-subsampled Gaussian composed T times")
@@ -350,7 +377,7 @@ def _core_parser():
     v.add_argument("--out", required=True, help="output directory (verification.json, report.md, plots)")
     v.add_argument("--suite", action="extend", nargs="+", metavar="NAME",
                    help="suite names (repeatable; default: all registered)")
-    v.add_argument("--seed", type=integer, default=None, help="seed for suites with statistical checks")
+    v.add_argument("--seed", type=seed, default=None, help="seed for suites with statistical checks, in [0, 2^63 − 1]")
     v.set_defaults(func=cmd_verify)
 
     r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown")
@@ -367,19 +394,34 @@ def _core_parser():
     return p, sub, verbs, common
 
 
-def _names_a_core_command(sub, verbs: dict, argv: list[str]) -> bool:
-    """Whether argv starts with one of privcheck's own commands (`verify`, `report`, or a verb and its subcommand).
+def _needs_plugins(sub, verbs: dict, argv: list[str]) -> bool:
+    """Whether parsing `argv` needs the plugins' commands.
 
-    Plugins only add commands under names of their own (argparse refuses a second subparser of the same name), so
-    such a command parses and runs the same without them; `main` then skips loading them, and with them torch and
-    the mechanisms' other heavy imports. Anything else (plugin commands, bare verbs, --help, --version) gets the
-    whole parser.
+    Plugins only add commands under the verbs (argparse refuses a second subparser of the same name), so the top-level
+    options (--help, --version, --debug), `verify`, `report`, an unknown command and a verb with one of privcheck's
+    own subcommands parse and run the same without them; `main` then skips loading them, and with them torch and
+    the mechanisms' other heavy imports. A bare verb and a plugin command get the whole parser.
     """
-    if not argv or argv[0] not in sub.choices:
-        return False
-    if argv[0] in verbs:
-        return len(argv) > 1 and argv[1] in verbs[argv[0]].choices
-    return True
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--version"):
+            return False
+        if not word.startswith("-"):
+            verb = word
+            break
+    else:
+        return False                          # no command: argparse's usage error is the same
+    if verb not in verbs:
+        return False                          # verify, report, or an unknown command
+    return next(words, None) not in verbs[verb].choices
+
+
+def common_parent() -> argparse.ArgumentParser:
+    """The options every subcommand takes (argparse `parents=`): --json, and --debug also after the subcommand."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON object")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return common
 
 
 def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
@@ -397,23 +439,72 @@ def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
             print(f"privcheck: warning: command plugin {ep.name!r} unavailable: {exc}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def _one_line(text: str) -> str:
+    return " ".join(str(text).splitlines())
+
+
+def _os_error(exc: OSError) -> str:
+    """`PATH: reason` for an error reading an input or writing an output."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:
+        return f"privcheck: error: {reason}"
+    where = str(exc.filename) + ("" if exc.filename2 is None else f" -> {exc.filename2}")
+    return f"privcheck: error: {where}: {reason}"
+
+
+def _report(message: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(_one_line(message), file=sys.stderr)
+    return code
+
+
+def _guarded(command, debug: bool) -> int:
+    """Run `command()` and turn every way it can end into an exit status and at most one line on stderr (module
+    docstring); SystemExit (argparse's usage errors, --help, --version) passes through."""
+    try:
+        return command()
+    except KeyboardInterrupt:
+        return _report("privcheck: interrupted", EXIT_INTERRUPTED, False)
+    except PrivcheckError as exc:              # InvalidParameter, OutputBusy, CertificationError, ...
+        return _report(f"privcheck: error: {exc}", EXIT_USAGE, debug)
+    except BrokenPipeError:                    # e.g. `privcheck ... | head`
+        sys.stderr.close()
+        return EXIT_OK
+    except OSError as exc:
+        return _report(_os_error(exc), EXIT_USAGE, debug)
+    except Exception as exc:                   # noqa: BLE001 — the one place every unexpected error is reported
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return _report(f"privcheck: internal error: {detail} (rerun with --debug for the traceback)",
+                       EXIT_INTERNAL, debug)
+
+
+def dispatch(args) -> int:
+    """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines)."""
+    from privcheck.artifacts.interrupts import terminate_as_interrupt
+
+    def run() -> int:
+        with terminate_as_interrupt():
+            return args.func(args)
+    return _guarded(run, getattr(args, "debug", False))
+
+
+def _parse_and_run(argv: list[str]) -> int:
     parser, sub, verbs, _ = _core_parser()
-    if not _names_a_core_command(sub, verbs, argv):
+    if _needs_plugins(sub, verbs, argv):
         parser = build_parser()
     args = parser.parse_args(argv)
-    try:
+    from privcheck.artifacts.interrupts import terminate_as_interrupt
+    with terminate_as_interrupt():         # SIGTERM unwinds like Ctrl-C, so every writer cleans up
         return args.func(args)
-    except InvalidParameter as exc:
-        print(f"privcheck: error: {exc}", file=sys.stderr)
-        return 2
-    except PrivcheckError as exc:
-        print(f"privcheck: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # e.g. `privcheck ... | head`
-        sys.stderr.close()
-        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`privcheck ARGS`; returns the exit status of the module docstring (argparse's usage errors and --help and
+    --version leave through SystemExit, with status 2 and 0). Building the parser is guarded too: a plugin that
+    fails while parsing, or Ctrl-C during its imports, is reported like any command."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return _guarded(lambda: _parse_and_run(argv), "--debug" in argv)
 
 
 if __name__ == "__main__":

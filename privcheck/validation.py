@@ -2,7 +2,10 @@
 parameter and its allowed range, before any work is done.
 
 One family: `real` is the finite-real check every interval validator starts from (NaN, ±inf, bools and
-non-numbers are refused with the interval in the message), `count` the integer check.
+non-numbers are refused with the interval in the message), `count` the integer check. Counts that drive work (loops,
+samples, arrays) are checked against a stated maximum of what the method can use, defined once where the quantity
+is defined and named in the message ("an integer in [1, 10000000]"), never left to overflow. Every seed follows one
+rule, `seed`: an integer in [0, SEED_MAX].
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from decimal import Decimal
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["count", "finite", "nonnegative", "open_unit", "ordered_counts", "positive", "real", "sampling_rate",
-           "significance", "unit_interval"]
+__all__ = ["SEED_MAX", "claim_delta", "count", "finite", "nonnegative", "open_unit", "ordered_counts", "positive",
+           "real", "sampling_rate", "seed", "significance", "unit_interval"]
+
+SEED_MAX = 2**63 - 1    # every seed flag and seed argument: [0, 2^63 − 1], what every generator we seed accepts
 
 
 def real(name: str, value, allowed: str) -> float:
@@ -64,25 +69,38 @@ def unit_interval(name: str, value) -> float:
     return _interval(name, value, "[0, 1]", lambda x: 0 <= x <= 1)
 
 
-def count(name: str, value, minimum: int = 1) -> int:
-    """An integer >= minimum (bools and non-integral floats rejected)."""
+def claim_delta(name: str, value) -> float:
+    """δ of an audited (ε, δ) claim, in [0, 1): δ = 0 is pure DP; at δ = 1 every mechanism meets the claim and every
+    lower bound is 0, so it cannot be audited."""
+    return _interval(name, value, "[0, 1)", lambda x: 0 <= x < 1)
+
+
+def count(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
+    """An integer in [minimum, maximum] (no upper end when `maximum` is None; bools and non-integral floats
+    rejected)."""
+    allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
     if isinstance(value, bool):
-        raise InvalidParameter(name, value, f"an integer >= {minimum}")
+        raise InvalidParameter(name, value, allowed)
     if isinstance(value, numbers.Integral):
         n = int(value)
     elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
         n = int(value)
     else:
-        raise InvalidParameter(name, value, f"an integer >= {minimum}")
-    if n < minimum:
-        raise InvalidParameter(name, value, f"an integer >= {minimum}")
+        raise InvalidParameter(name, value, allowed)
+    if n < minimum or (maximum is not None and n > maximum):
+        raise InvalidParameter(name, value, allowed)
     return n
 
 
-def ordered_counts(m, r, v, *, m_name: str = "m", r_name: str = "r",
-                   v_name: str = "v") -> tuple[int, int, int]:
-    """Integers with 0 ≤ v ≤ r ≤ m and m ≥ 1 (e.g. canaries, guesses, correct guesses)."""
-    m = count(m_name, m, 1)
+def seed(name: str, value) -> int:
+    """A seed: an integer in [0, SEED_MAX] (numpy, torch and `privcheck.randomness.derive_seed` all accept it)."""
+    return count(name, value, 0, SEED_MAX)
+
+
+def ordered_counts(m, r, v, *, m_name: str = "m", r_name: str = "r", v_name: str = "v",
+                   maximum: int | None = None) -> tuple[int, int, int]:
+    """Integers with 0 ≤ v ≤ r ≤ m and 1 ≤ m ≤ maximum (e.g. canaries, guesses, correct guesses)."""
+    m = count(m_name, m, 1, maximum)
     r = count(r_name, r, 0)
     v = count(v_name, v, 0)
     if r > m:

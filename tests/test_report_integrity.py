@@ -1,5 +1,5 @@
 """`privcheck report`: the seal and every count it shows are recomputed from the checks; a document that does not
-check out exits 3 with a first-line warning, unreadable input exits 2 with one error line and writes nothing."""
+check out exits 1 with a first-line warning, unreadable input exits 2 with one error line and writes nothing."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from privcheck.artifacts import (
 from privcheck.artifacts.integrity import consistency_problems
 from privcheck.cli import main
 
-EXIT_PROBLEMS = 3          # docs/artifacts.md: the report's exit code for an artifact that does not check out
+EXIT_PROBLEMS = 1          # docs/artifacts.md: the report's exit code for an artifact that does not check out
 
 
 def _two_suites_a(seed=None):

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from privcheck.cli_args import integer, number
 
-__all__ = ["cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report", "register"]
+__all__ = ["claimed_output", "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report",
+           "register"]
 
 
 def register(verbs: dict, common) -> None:
@@ -95,14 +96,25 @@ def _out(p) -> None:
     p.add_argument("--out", default=None, help="directory for the sealed artifact audit.json (optional)")
 
 
-def emit_report(args, rep, rows) -> int:
-    """Print the report (+ headline keys); with --out, write the sealed artifact first and print it."""
+def claimed_output(args):
+    """`claim_output_directory(args.out)` when --out is given (checked and locked before any work), else a block
+    without an output directory; either yields the directory to write (or None)."""
+    import contextlib
+
+    from privcheck.artifacts import claim_output_directory
+
+    return contextlib.nullcontext(None) if args.out is None else claim_output_directory(args.out, name="out")
+
+
+def emit_report(args, rep, rows, out=None) -> int:
+    """Print the report (+ headline keys); with an output directory `out` (the claimed --out), write the sealed
+    artifact first and print it."""
     from audits.report import audit_document, write_audit
     from privcheck.cli import emit
 
-    if args.out is not None:
+    if out is not None:
         doc = audit_document(rep)
-        path = write_audit(rep, args.out, document=doc)
+        path = write_audit(rep, out, document=doc)
         payload = dict(doc, artifact=str(path))
         rows = rows + [("artifact", str(path)), ("sha256", doc["sha256"])]
     else:
@@ -118,6 +130,28 @@ def _or_none(value, text: str):
 
 def _ceiling_rows(rep) -> list:
     return [("ceiling (perfect guessing)", rep.power["eps_ceiling"])]
+
+
+def _check_counts(args) -> None:
+    """--canaries, --guesses, --correct, named as the flags (the library names them m, r, v)."""
+    from audits.pvalue import MAX_CANARIES
+    from privcheck import validation as val
+
+    val.ordered_counts(args.canaries, args.guesses, args.correct, m_name="canaries", r_name="guesses",
+                       v_name="correct", maximum=MAX_CANARIES)
+
+
+def _check_runs(args, hypotheses: str) -> None:
+    """--runs-in, --runs-out, --false-negatives, --false-positives and --thresholds / --hypotheses (K), named as the
+    flags (the library names them n_in, n_out, fn, fp, n_thresholds / n_hypotheses)."""
+    from audits.multirun import MAX_HYPOTHESES, MAX_RUNS
+    from privcheck import validation as val
+
+    runs_in = val.count("runs_in", args.runs_in, 1, MAX_RUNS)
+    runs_out = val.count("runs_out", args.runs_out, 1, MAX_RUNS)
+    val.count("false_negatives", args.false_negatives, 0, runs_in)
+    val.count("false_positives", args.false_positives, 0, runs_out)
+    val.count(hypotheses, getattr(args, hypotheses), 1, MAX_HYPOTHESES)
 
 
 def _one_run_inputs(args) -> None:
@@ -136,17 +170,20 @@ def _one_run_inputs(args) -> None:
     for name in ("k_plus", "k_minus"):
         if getattr(args, name) is not None:
             raise InvalidParameter(name, getattr(args, name), "only with --scores FILE")
+    _check_counts(args)
 
 
 def cmd_one_run(args) -> int:
+    with claimed_output(args) as out:
+        return _one_run(args, out)
+
+
+def _one_run(args, out) -> int:
     from audits.one_run import from_counts
-    from audits.report import check_out_dir
 
     _one_run_inputs(args)
-    if args.out is not None:
-        check_out_dir(args.out)
     if args.scores is not None:
-        return _one_run_scores(args)
+        return _one_run_scores(args, out)
     rep = from_counts(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence,
                       eps_nominal=args.epsilon_nominal)
     r = rep.result
@@ -160,10 +197,10 @@ def cmd_one_run(args) -> int:
     rows += _ceiling_rows(rep)
     if r["search_capped"]:
         rows.append(("search_capped", True))
-    return emit_report(args, rep, rows)
+    return emit_report(args, rep, rows, out)
 
 
-def _one_run_scores(args) -> int:
+def _one_run_scores(args, out) -> int:
     from audits.scores_file import audit_scores_file
 
     rep = audit_scores_file(args.scores, delta=args.delta, confidence=args.confidence, k_plus=args.k_plus,
@@ -181,15 +218,18 @@ def _one_run_scores(args) -> int:
     rows += _ceiling_rows(rep) + [("auroc (diagnostic)", rep.diagnostics["auroc"])]
     if r["search_capped"]:
         rows.append(("search_capped", True))
-    return emit_report(args, rep, rows)
+    return emit_report(args, rep, rows, out)
 
 
 def cmd_clopper_pearson(args) -> int:
-    from audits.multirun import clopper_pearson
-    from audits.report import check_out_dir
+    with claimed_output(args) as out:
+        return _clopper_pearson(args, out)
 
-    if args.out is not None:
-        check_out_dir(args.out)
+
+def _clopper_pearson(args, out) -> int:
+    from audits.multirun import clopper_pearson
+
+    _check_runs(args, "thresholds")
     rep = clopper_pearson(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
                           confidence=args.confidence, two_sided=not args.one_sided, n_thresholds=args.thresholds,
                           eps_nominal=args.epsilon_nominal)
@@ -198,7 +238,7 @@ def cmd_clopper_pearson(args) -> int:
             ("direction", r["direction"] or "none"), ("confidence", args.confidence), ("delta", args.delta)]
     if args.epsilon_nominal is not None:
         rows.append(("rejects_nominal", r["rejects_nominal"]))
-    return emit_report(args, rep, rows + _ceiling_rows(rep))
+    return emit_report(args, rep, rows + _ceiling_rows(rep), out)
 
 
 def _gdp_rows(rep) -> list:
@@ -210,21 +250,19 @@ def _gdp_rows(rep) -> list:
 
 def cmd_gdp(args) -> int:
     from audits.gdp import from_rates
-    from audits.report import check_out_dir
 
-    if args.out is not None:
-        check_out_dir(args.out)
-    rep = from_rates(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
-                     confidence=args.confidence, n_hypotheses=args.hypotheses)
-    return emit_report(args, rep, _gdp_rows(rep) + [("FPR_up", rep.result["fpr_up"]),
-                                                    ("FNR_up", rep.result["fnr_up"])])
+    with claimed_output(args) as out:
+        _check_runs(args, "hypotheses")
+        rep = from_rates(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
+                         confidence=args.confidence, n_hypotheses=args.hypotheses)
+        return emit_report(args, rep, _gdp_rows(rep) + [("FPR_up", rep.result["fpr_up"]),
+                                                        ("FNR_up", rep.result["fnr_up"])], out)
 
 
 def cmd_fdp_one_run(args) -> int:
     from audits.gdp import fdp_one_run
-    from audits.report import check_out_dir
 
-    if args.out is not None:
-        check_out_dir(args.out)
-    rep = fdp_one_run(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence)
-    return emit_report(args, rep, _gdp_rows(rep))
+    with claimed_output(args) as out:
+        _check_counts(args)
+        rep = fdp_one_run(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence)
+        return emit_report(args, rep, _gdp_rows(rep), out)

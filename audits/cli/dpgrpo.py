@@ -31,12 +31,10 @@ import argparse
 import io
 import time
 
-import numpy as np
-
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 
 __all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "add_dpgrpo_parser", "cmd_audit_dpgrpo",
-           "preset_from_args", "scores_png", "write_plots"]
+           "plot_grid", "preset_from_args", "scores_png", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
 BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
@@ -61,8 +59,9 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
                    help="gradient_dirac (default; white-box per-step LLR) or input_binary (end to end, log-odds of "
                         "a secret binary label vs the public base)")
     p.add_argument("--out", required=True, help="directory for audit.json, the plots and private/ (auditor log)")
-    p.add_argument("--seed", type=integer, default=None,
-                   help="seeded test run (trainer, coins, plan); default OS entropy (an audit release)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seeded test run (trainer, coins, plan), in [0, 2^63 − 1]; default OS entropy (an audit "
+                        "release)")
     p.add_argument("--rounds", type=integer, default=None, help="T, training rounds (default: the preset's)")
     p.add_argument("--q", type=number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
@@ -113,15 +112,45 @@ def preset_from_args(args):
     return local_audit_preset(model, args.tokenizer, base=args.preset, lora_targets=args.lora_targets)
 
 
+def plot_grid(m: int) -> list[int]:
+    """The numbers of canaries of bound_vs_m.png for an audit of m canaries."""
+    return sorted({max(2, round(m * f)) for f in BOUND_PLOT_FACTORS})
+
+
+def _check_plot_cost(m: int, rounds: int) -> None:
+    """bound_vs_m.png plans BOUND_PLOT_SIMS audits per grid point with the white-box score, T normals per score:
+    checked with the audit's other inputs, before any work (`audits.power.max_draws_per_score`)."""
+    from audits.power import max_draws_per_score
+    from privcheck.errors import InvalidParameter
+
+    most = min(max_draws_per_score(size, BOUND_PLOT_SIMS) for size in plot_grid(m))
+    if rounds > most:
+        raise InvalidParameter("rounds", rounds, f"an integer in [1, {most}] (bound_vs_m.png simulates "
+                                                 f"{BOUND_PLOT_SIMS} audits of up to {max(plot_grid(m))} canaries "
+                                                 f"per point, T normals per score)")
+
+
 def cmd_audit_dpgrpo(args) -> int:
+    from privcheck.artifacts import claim_output_directory
+
+    with claim_output_directory(args.out, name="out") as out:
+        return _audit_dpgrpo(args, out)
+
+
+def _audit_dpgrpo(args, out) -> int:
+    from audits.dpgrpo_canary import check_counts, resolve_preset
     from privcheck.cli import emit
 
     start = time.perf_counter()
     canary_type = getattr(args, "canary_type", CANARY_TYPES[0])
     run_audit = _audit_function(canary_type)
-    res = run_audit(preset=preset_from_args(args), canaries=args.canaries, out_dir=args.out, seed=args.seed,
-                    rounds=args.rounds, q=args.q, confidence=args.confidence)
-    plots = write_plots(res, args.out)
+    m, rounds = check_counts(args.canaries, args.rounds, minimum=2 if canary_type == "input_binary" else 1)
+    preset = preset_from_args(args)
+    if canary_type == "gradient_dirac":
+        _check_plot_cost(m, resolve_preset(preset).T if rounds is None else rounds)
+    res = run_audit(preset=preset, canaries=m, out_dir=out, seed=args.seed, rounds=rounds, q=args.q,
+                    confidence=args.confidence)
+    plots = write_plots(res, out)
     runtime = time.perf_counter() - start
     rep, design = res.report, res.design
     plan = design.plan
@@ -161,9 +190,12 @@ def _pyplot():
     return plt
 
 
-def scores_png(scores: np.ndarray, signs: np.ndarray, k_plus: int, k_minus: int, title: str,
+def scores_png(scores, signs, k_plus: int, k_minus: int, title: str,
                xlabel: str = "white-box per-step LLR score") -> bytes:
-    """Histogram of in/out canary scores with the pre-registered top-k₊ / bottom-k₋ thresholds (after reveal)."""
+    """Histogram of in/out canary scores (numpy arrays) with the pre-registered top-k₊ / bottom-k₋ thresholds
+    (after reveal)."""
+    import numpy as np
+
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     bins = np.histogram_bin_edges(scores, bins=40)
@@ -201,7 +233,7 @@ def write_plots(res, out_dir) -> list:
              f"certified ε = {rep.claim['epsilon']:.3f}")
     xlabel = ("white-box per-step LLR score" if dirac
               else "log-odds of the secret label, trained minus public base")
-    grid = sorted({max(2, round(design.m * f)) for f in BOUND_PLOT_FACTORS})
+    grid = plot_grid(design.m)
     model = design.score_model if hasattr(design, "score_model") else design.score.model
     with ArtifactDirectory(out_dir) as staging:
         scores_path = staging.write_bytes("scores.png", scores_png(

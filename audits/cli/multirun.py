@@ -15,7 +15,7 @@ input is checked before the first run; bad input exits with code 2 and writes no
 from __future__ import annotations
 
 from audits.cli.backend import add_backend_arguments, backend_kwargs
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 
 __all__ = ["add_multirun_parser", "cmd_audit_multi_run", "load_target"]
 
@@ -38,7 +38,7 @@ def add_multirun_parser(audit_subparsers, common) -> None:
     p.add_argument("--one-sided", action="store_true", help="test only the event {score >= t} (drop ε₂)")
     p.add_argument("--epsilon-nominal", type=number, default=None,
                    help="claimed ε to test (gaussian default: the μ-GDP ε at δ)")
-    p.add_argument("--seed", type=integer, default=None, help="seed of the runs (default: OS entropy)")
+    p.add_argument("--seed", type=seed, default=None, help="seed of the runs, in [0, 2^63 − 1] (default: OS entropy)")
     add_backend_arguments(p)
     p.add_argument("--out", default=None, help="directory for the sealed artifact audit.json (optional)")
     p.set_defaults(func=cmd_audit_multi_run)
@@ -58,7 +58,7 @@ def load_target(text: str):
         obj = importlib.import_module(module)
         for part in name.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # noqa: BLE001 — importing the user's module is reading the user's input
         raise InvalidParameter("target", text, f"{allowed} ({type(exc).__name__}: {exc})") from None
     if not callable(obj):
         raise InvalidParameter("target", text, allowed)
@@ -66,9 +66,8 @@ def load_target(text: str):
 
 
 def _target(args):
-    """(train_and_score, threshold, eps_nominal, source), checked before any run."""
+    """(train_and_score, threshold): the target checked and built, before any run (nothing computed)."""
     from audits.multirun_driver import GaussianRuns
-    from privcheck import validation as val
     from privcheck.errors import InvalidParameter
 
     if args.target != "gaussian":
@@ -77,30 +76,47 @@ def _target(args):
                 raise InvalidParameter(flag, getattr(args, flag), "only with --target gaussian")
         if args.threshold is None:
             raise InvalidParameter("threshold", None, "required with --target MODULE:FUNCTION")
-        return load_target(args.target), args.threshold, args.epsilon_nominal, "given"
+        return load_target(args.target), args.threshold
     if args.sigma is None:
         raise InvalidParameter("sigma", None, "required with --target gaussian (a number > 0)")
     target = GaussianRuns(args.sigma, 1 if args.steps is None else args.steps)
-    threshold = target.default_threshold if args.threshold is None else args.threshold
+    target.check_runs(args.runs_in + args.runs_out)
+    return target, target.default_threshold if args.threshold is None else args.threshold
+
+
+def _nominal(args, target):
+    """(claimed ε, its source): given, or for the gaussian target its μ-GDP ε at δ (computed after validation)."""
+    from audits.multirun_driver import GaussianRuns
+
     if args.epsilon_nominal is not None:
-        return target, threshold, args.epsilon_nominal, "given"
-    if 0 < val.unit_interval("delta", args.delta) < 1:
-        return target, threshold, target.nominal_epsilon(args.delta), f"gdp(mu={target.mu!r})"
-    return target, threshold, None, None
+        return args.epsilon_nominal, "given"
+    if isinstance(target, GaussianRuns) and args.delta > 0:
+        return target.nominal_epsilon(args.delta), f"gdp(mu={target.mu!r})"
+    return None, None
 
 
 def cmd_audit_multi_run(args) -> int:
+    from audits.cli import claimed_output
+
+    with claimed_output(args) as out:
+        return _multi_run(args, out)
+
+
+def _multi_run(args, out) -> int:
     from audits.cli import emit_report
+    from audits.multirun import MAX_RUNS
     from audits.multirun_driver import run_multirun_audit
-    from audits.report import check_out_dir
     from privcheck import validation as val
 
-    if args.out is not None:
-        check_out_dir(args.out)
-    val.count("runs_in", args.runs_in), val.count("runs_out", args.runs_out)      # before the accountant runs
-    val.open_unit("confidence", args.confidence)
+    val.count("runs_in", args.runs_in, 1, MAX_RUNS), val.count("runs_out", args.runs_out, 1, MAX_RUNS)
+    val.claim_delta("delta", args.delta), val.open_unit("confidence", args.confidence)
+    if args.epsilon_nominal is not None:
+        val.nonnegative("epsilon_nominal", args.epsilon_nominal)
+    if args.threshold is not None:
+        val.finite("threshold", args.threshold)
     kwargs = backend_kwargs(args)
-    target, threshold, eps_nominal, source = _target(args)
+    target, threshold = _target(args)             # every input is checked before the accountant or the first run
+    eps_nominal, source = _nominal(args, target)
     res = run_multirun_audit(target, runs_in=args.runs_in, runs_out=args.runs_out, threshold=threshold,
                              delta=args.delta, confidence=args.confidence, two_sided=not args.one_sided,
                              eps_nominal=eps_nominal, seed=args.seed, **kwargs)
@@ -117,4 +133,5 @@ def cmd_audit_multi_run(args) -> int:
                  + (f", ray {ex['ray_version']}" if ex["ray_version"] else "") + ")"))
     rows += [(f"failed run ({f['arm']} #{f['run']})", f"{f['error']} after {f['attempts']} attempts")
              for f in res.failed]
-    return emit_report(args, res.report, rows + [("ceiling (perfect guessing)", res.report.power["eps_ceiling"])])
+    return emit_report(args, res.report, rows + [("ceiling (perfect guessing)", res.report.power["eps_ceiling"])],
+                       out)

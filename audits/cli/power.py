@@ -16,7 +16,7 @@ and how many simulated audits finished.
 from __future__ import annotations
 
 from audits.cli.backend import add_backend_arguments, backend_kwargs
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 
 __all__ = ["add_power_parser", "cmd_audit_power"]
 
@@ -33,17 +33,19 @@ def add_power_parser(audit_subparsers, common) -> None:
     p.add_argument("--epsilon-nominal", type=number, default=None,
                    help="the claimed ε (default: PLD ε for dpsgd_dirac, μ-GDP ε for gdp, none for perfect)")
     p.add_argument("--sims", type=integer, default=200, help="Monte Carlo audits (default 200)")
-    p.add_argument("--seed", type=integer, default=None, help="seed of the simulation (default: OS entropy)")
+    p.add_argument("--seed", type=seed, default=None, help="seed of the simulation, in [0, 2^63 − 1] (default: OS "
+                                                          "entropy)")
     add_backend_arguments(p)
     p.set_defaults(func=cmd_audit_power)
 
 
 def cmd_audit_power(args) -> int:
     from audits.power import nominal_epsilon, plan, validate_plan_inputs
+    from audits.pvalue import MAX_CANARIES
     from privcheck import validation as val
     from privcheck.cli import emit
 
-    val.count("canaries", args.canaries)              # named as the flag; the rest is named as in `plan`
+    val.count("canaries", args.canaries, 1, MAX_CANARIES)   # named as the flag; the rest is named as in `plan`
     inputs = validate_plan_inputs(args.canaries, delta=args.delta, confidence=args.confidence,
                                   eps_nominal=args.epsilon_nominal, score_model=args.score_model, sims=args.sims,
                                   seed=args.seed, **backend_kwargs(args))   # before the accountant or simulation

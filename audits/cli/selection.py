@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 
 DEFAULTS = {  # per mechanism: (sigma, candidates, sensitivity)
     "privbon": (2.0, 16, 1.0),
@@ -59,24 +59,25 @@ def add_selection_parser(audit_subparsers, common) -> None:
     p.add_argument("--split-frac", type=number, default=0.5, help="fraction of draws that select (default 0.5)")
     p.add_argument("--samples", type=integer, required=True, help="draws per side, N >= 2")
     p.add_argument("--out", required=True, help="directory for the sealed artifact audit.json")
-    p.add_argument("--seed", type=integer, default=None, help="seed of the audit and the samplers (default: OS "
-                                                                "entropy)")
+    p.add_argument("--seed", type=seed, default=None, help="seed of the audit and the samplers, in [0, 2^63 − 1] "
+                                                             "(default: OS entropy)")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
     p.add_argument("--delta", type=number, default=None,
                    help="δ of the audited claim (default 0 for the pure pairs; 1e-5, the Phase-1 δ, for phase1)")
     p.set_defaults(func=cmd_audit_selection)
 
 
-def _target(text: str):
+def _target(text: str, candidates: int):
     from privcheck import validation as v
     from privcheck.errors import InvalidParameter
 
+    allowed = f"an integer in [1, candidates={candidates}] or 'fallback'"
     if text == "fallback":
         return None
     try:
-        return v.count("target", int(text))
+        return v.count("target", int(text), 1, candidates)
     except ValueError:
-        raise InvalidParameter("target", text, "an integer 1..candidates or 'fallback'") from None
+        raise InvalidParameter("target", text, allowed) from None
 
 
 def _lambda(text: str):
@@ -91,51 +92,67 @@ def _lambda(text: str):
         raise InvalidParameter("lambda_tilde", text, "a finite number or 'auto'") from None
 
 
+def _settings(args):
+    """(sigma, candidates, sensitivity) with the mechanism's defaults filled in."""
+    sigma, candidates, sensitivity = DEFAULTS[args.mechanism]
+    return (sigma if args.sigma is None else args.sigma, candidates if args.candidates is None else args.candidates,
+            sensitivity if args.sensitivity is None else args.sensitivity)
+
+
+def _privitp_params(args):
+    """The PrivITP constants of the arguments (validated by `PrivITPParams`; builds nothing)."""
+    from privcheck.accounting import PrivITPParams
+
+    sigma, candidates, sensitivity = _settings(args)
+    phase1_delta = 1e-5 if args.delta is None else args.delta
+    if args.pair != "phase1" and not 0 < phase1_delta < 1:
+        phase1_delta = 1e-5                    # Phase 2 given λ̃ does not involve the Phase-1 δ
+    return PrivITPParams(candidates=candidates, beta=args.beta, sigma_x=sigma, sigma_z=sigma, headroom=args.headroom,
+                         sensitivity=sensitivity, delta=phase1_delta, r_max=args.r_max)
+
+
 def _validate(args) -> None:
-    """Audit-level arguments, checked before any pair is built, anything sampled or written."""
-    from audits.blackbox import check_delta
-    from audits.report import check_out_dir
+    """Every argument, checked before any pair is built, anything sampled or written (the mechanism's constants by
+    the accountant's own event and parameter types, which compute nothing)."""
+    from audits import selection_pairs as sp
     from privcheck import validation as v
+    from privcheck.accounting import PrivBoNEvent
     from privcheck.errors import InvalidParameter
 
-    check_out_dir(args.out)
-    v.count("samples", args.samples, 2)
     v.open_unit("confidence", args.confidence)
     v.open_unit("split_frac", args.split_frac)
-    if args.seed is not None:
-        v.count("seed", args.seed, 0)
     if args.delta is not None:
-        check_delta(args.delta)
+        v.claim_delta("delta", args.delta)
     if args.mechanism == "privbon" and args.pair == "phase1":
         raise InvalidParameter("pair", args.pair, "'worst' or 'example' for privbon")
     if args.mechanism == "privitp" and args.pair == "example":
         raise InvalidParameter("pair", args.pair, "'worst' or 'phase1' for privitp")
     if args.pair == "phase1" and args.delta is not None and args.delta == 0.0:
         raise InvalidParameter("delta", args.delta, "(0, 1) for the Phase-1 release (an approximate-DP claim)")
+    sigma, candidates, sensitivity = _settings(args)
+    v.count("candidates", candidates, 1, sp.MAX_CANDIDATES)
+    _target(args.target, candidates), _lambda(args.lambda_tilde)     # checked even where the pair ignores them
+    v.positive("sigma", sigma), v.positive("beta", args.beta), v.nonnegative("headroom", args.headroom)
+    if args.mechanism == "privbon":
+        PrivBoNEvent(sensitivity, sigma, candidates=candidates, r_max=args.r_max)
+    else:
+        _privitp_params(args)
+    sp.check_samples(args.samples, 2 if args.pair == "example" else candidates)
 
 
 def build_pair(args):
-    """The SelectionPair for the parsed arguments (the plan for `--lambda-tilde auto` uses the exact law)."""
+    """The SelectionPair for validated arguments (the plan for `--lambda-tilde auto` uses the exact law)."""
     from audits import selection_pairs as sp
-    from privcheck.accounting import PrivITPParams
 
-    sigma, candidates, sensitivity = DEFAULTS[args.mechanism]
-    sigma = sigma if args.sigma is None else args.sigma
-    candidates = candidates if args.candidates is None else args.candidates
-    sensitivity = sensitivity if args.sensitivity is None else args.sensitivity
+    sigma, candidates, sensitivity = _settings(args)
     if args.mechanism == "privbon":
         if args.pair == "example":
             return sp.exponential_mechanism_pair()
         return sp.privbon_worst_pair(sensitivity, sigma, candidates, args.r_max)
-    phase1_delta = 1e-5 if args.delta is None else args.delta
+    params = _privitp_params(args)
     if args.pair == "phase1":
-        params = PrivITPParams(candidates=candidates, beta=args.beta, sigma_x=sigma, sigma_z=sigma,
-                               headroom=args.headroom, sensitivity=sensitivity, delta=phase1_delta, r_max=args.r_max)
         return sp.privitp_phase1_pair(params)
-    params = PrivITPParams(candidates=candidates, beta=args.beta, sigma_x=sigma, sigma_z=sigma, headroom=args.headroom,
-                           sensitivity=sensitivity, delta=phase1_delta if 0 < phase1_delta < 1 else 1e-5,
-                           r_max=args.r_max)
-    target, lambda_tilde = _target(args.target), _lambda(args.lambda_tilde)
+    target, lambda_tilde = _target(args.target, candidates), _lambda(args.lambda_tilde)
     if lambda_tilde is None:
         lambda_tilde = sp.plan_privitp_phase2(params, target, args.samples, confidence=args.confidence,
                                               split_frac=args.split_frac).lambda_tilde
@@ -159,6 +176,13 @@ def _families(args, pair):
 
 
 def cmd_audit_selection(args) -> int:
+    from privcheck.artifacts import claim_output_directory
+
+    with claim_output_directory(args.out, name="out") as out:
+        return _audit_selection(args, out)
+
+
+def _audit_selection(args, out) -> int:
     from audits.blackbox import Event
     from audits.report import audit_document, write_audit
     from privcheck.cli import emit
@@ -176,7 +200,7 @@ def cmd_audit_selection(args) -> int:
     event = Event(e["family"], tuple(e["outputs"] or ()), e["op"], e["threshold"])
     exact = pair.exact_log_ratio(event, res["direction"])
     doc = audit_document(report)
-    path = write_audit(report, args.out, document=doc)
+    path = write_audit(report, out, document=doc)
     payload = {**doc, "artifact": str(path), **report.headline(), "epsilon_certified": report.claim["epsilon"],
                "exact_log_ratio": exact if abs(exact) != float("inf") else None}
     shown = e["outputs"] if e["op"] is None else f"{e['op']} {e['threshold']:.6g}"

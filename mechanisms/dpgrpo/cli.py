@@ -6,18 +6,17 @@
 
 Exit status: 0 when every run completed, 1 when the wall-clock guard stopped one (status "incomplete"),
 2 on bad input (raised as `InvalidParameter` before anything is written; printed by `privcheck.cli.main`).
-Under `torchrun` or `accelerate launch` every rank runs the command (docs/scaling.md); rank 0 writes DIR and
-prints the summary, every rank returns the same status, and bad input exits 2 on every rank.
+DIR is claimed (`privcheck.artifacts.claim_output_directory`: checked and locked) before any work.
+Under `torchrun` or `accelerate launch` every rank runs the command (docs/scaling.md); rank 0 claims and writes DIR
+and prints the summary, every rank returns the same status, and bad input exits 2 on every rank.
 torch and the trainer are imported lazily by the handler, so `privcheck --help` stays fast.
 """
 
 from __future__ import annotations
 
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
 
 __all__ = ["cmd_run_dpgrpo", "register"]
-
-
 
 def register(verbs: dict, common) -> None:
     """Add `run dp-grpo` (heavy dependencies are imported lazily by the handler)."""
@@ -26,9 +25,9 @@ def register(verbs: dict, common) -> None:
     r.add_argument("--preset", required=True, metavar="{tiny-cpu,gpu-h200}", help="run configuration")
     r.add_argument("--out", required=True, help="output directory (run artifacts, compare.json, report.md)")
     seeds = r.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=integer, nargs="+", default=None, metavar="S",
-                       help="seeded replicates (reproducible; never a privacy release)")
-    seeds.add_argument("--seed", type=integer, default=None, help="one seeded replicate")
+    seeds.add_argument("--seeds", type=seed, nargs="+", default=None, metavar="S",
+                       help="seeded replicates, each in [0, 2^63 − 1] (reproducible; never a privacy release)")
+    seeds.add_argument("--seed", type=seed, default=None, help="one seeded replicate, in [0, 2^63 − 1]")
     r.add_argument("--arms", nargs="+", default=None, metavar="ARM",
                    help="arms (default dp_grpo zero_advantage; also dp_sft_filtered, dp_sft_gold, "
                         "nonprivate_reference)")
@@ -45,13 +44,28 @@ def register(verbs: dict, common) -> None:
 
 
 def cmd_run_dpgrpo(args) -> int:
-    """Handler: run, write DIR, print a summary; 0 complete, 1 incomplete (2 via InvalidParameter)."""
+    """Handler: claim DIR (rank 0 of a launched run), run, write DIR, print a summary; 0 complete, 1 incomplete (2 via
+    InvalidParameter)."""
+    import contextlib
+
+    from mechanisms.dpgrpo.launch import detect_launch
+    from privcheck.artifacts import claim_output_directory
+
+    launch = detect_launch()
+    writer = launch is None or launch.writer
+    with claim_output_directory(args.out, name="out") if writer else contextlib.nullcontext(args.out) as out:
+        return _run(args, out)
+
+
+def _run(args, out) -> int:
+    from mechanisms.dpgrpo.presets import MAX_ROUNDS
     from mechanisms.dpgrpo.run import run_dpgrpo
     from mechanisms.dpgrpo.run_setup import DEFAULT_ARMS
+    from privcheck import validation as val
     from privcheck.cli import emit
 
-    overrides = {"T": args.rounds} if args.rounds is not None else None
-    outcome = run_dpgrpo(args.preset, out=args.out, arms=args.arms or DEFAULT_ARMS, seeds=args.seeds, seed=args.seed,
+    overrides = {"T": val.count("rounds", args.rounds, 1, MAX_ROUNDS)} if args.rounds is not None else None
+    outcome = run_dpgrpo(args.preset, out=out, arms=args.arms or DEFAULT_ARMS, seeds=args.seeds, seed=args.seed,
                          model_path=args.model, time_limit_s=args.time_limit_s, device=args.device,
                          reduced=args.reduced, overrides=overrides, skip_verification=args.skip_verification,
                          measure_timing=not args.no_timing)

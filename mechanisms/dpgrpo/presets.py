@@ -35,15 +35,19 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import canonical_json
 
-__all__ = ["BASE_DTYPES", "GPU_H200", "GPU_SIGMA", "GPU_SIGMA_BRACKET", "GPU_SIGMA_SOURCE",
-           "PARITY_PUBLIC_EXAMPLES_TEXT", "PRESETS", "QWEN2_LORA_TARGETS", "TASKS", "TINY_CPU", "TUNING_RECORDS_SEED",
-           "IdTokenizer", "ModelSpec", "Preset", "config_for", "first_token_even", "get_preset",
+__all__ = ["BASE_DTYPES", "GPU_H200", "GPU_SIGMA", "GPU_SIGMA_BRACKET", "GPU_SIGMA_SOURCE", "MAX_RECORDS",
+           "MAX_ROUNDS", "PARITY_PUBLIC_EXAMPLES_TEXT", "PRESETS", "QWEN2_LORA_TARGETS", "TASKS", "TINY_CPU",
+           "TUNING_RECORDS_SEED", "IdTokenizer", "ModelSpec", "Preset", "config_for", "first_token_even", "get_preset",
            "parity_public_examples", "random_id_prompts"]
 
 QWEN2_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BASE_DTYPES = ("float32", "bfloat16")
 TASKS = ("addition", "parity")
 TUNING_RECORDS_SEED = 4242     # the synthetic records the tiny-cpu knobs were tuned on (not the preset's)
+# Public sizes a run can use: T rounds, whose σ the PLD calibration finds in about 30 s at 1e5 rounds (minutes and
+# gigabytes beyond), and n record slots, each drawn a Poisson coin every round.
+MAX_ROUNDS = 10**5
+MAX_RECORDS = 10**6
 
 
 # ------------------------------------------------------------------------------------------- public tasks
@@ -216,9 +220,11 @@ class Preset:
     def __post_init__(self):
         if self.task not in TASKS:
             raise InvalidParameter("task", self.task, f"one of {TASKS}")
-        for name in ("n", "T", "G", "L_max", "max_prompt_len", "pretrain_batch", "eval_prompts", "eval_samples",
-                     "eval_every", "prompt_tokens"):
+        for name in ("G", "L_max", "max_prompt_len", "pretrain_batch", "eval_prompts", "eval_samples", "eval_every",
+                     "prompt_tokens"):
             val.count(name, getattr(self, name), minimum=2 if name in ("G", "eval_samples") else 1)
+        val.count("n", self.n, 1, MAX_RECORDS)
+        val.count("T", self.T, 1, MAX_ROUNDS)
         val.count("pretrain_steps", self.pretrain_steps, minimum=0)
         if not 0 < self.m <= self.n:
             raise InvalidParameter("m", self.m, f"(0, n] with n = {self.n}")

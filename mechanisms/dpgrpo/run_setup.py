@@ -15,16 +15,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 
 from mechanisms.dpgrpo.config import ARMS, NONPRIVATE_ARM, DPGRPOConfig
 from mechanisms.dpgrpo.launch import Launch, check_launch, detect_launch
-from mechanisms.dpgrpo.presets import Preset, config_for, first_token_even, get_preset, parity_public_examples
+from mechanisms.dpgrpo.presets import (
+    MAX_ROUNDS,
+    Preset,
+    config_for,
+    first_token_even,
+    get_preset,
+    parity_public_examples,
+)
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["DEFAULT_ARMS", "DEVICES", "LOCAL_WEIGHTS_OVERRIDES", "OVERRIDABLE", "RunSetup", "arm_config",
-           "check_verifier", "setup_run"]
+           "check_model_path", "check_verifier", "setup_run"]
 
 DEFAULT_ARMS = ("dp_grpo", "zero_advantage")
 # Public knobs a caller may override (validated by `Preset`; σ is recalibrated when (q, T, δ, ε) change).
@@ -81,10 +89,28 @@ def _parse_replicates(seeds, seed) -> tuple:
         return (("release", None),)
     if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
         raise InvalidParameter("seeds", seeds, "a list of non-negative integer seeds")
-    out = [val.count("seed", s, minimum=0) for s in seeds]
+    out = [val.seed("seed", s) for s in seeds]
     if not out or len(set(out)) != len(out):
         raise InvalidParameter("seeds", seeds, "a non-empty list of distinct non-negative integers")
     return tuple((f"seed{s}", s) for s in out)
+
+
+def check_model_path(model_path) -> Path:
+    """Local weights, checked before any work: a directory with config.json and *.safetensors / *.bin weights
+    (save_pretrained), or a file that starts with the GGUF magic."""
+    allowed = "an existing local weights directory (config.json and *.safetensors or *.bin) or .gguf file"
+    if isinstance(model_path, bool) or not isinstance(model_path, (str, PathLike)) or not str(model_path).strip():
+        raise InvalidParameter("model", model_path, allowed)            # Path("") would be the working directory
+    path = Path(model_path)
+    if path.is_file() and path.suffix == ".gguf":
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise InvalidParameter("model", str(model_path), "a GGUF file (it starts with b'GGUF')")
+        return path
+    if path.is_dir() and (path / "config.json").is_file() \
+            and any(f.suffix in (".safetensors", ".bin") for f in path.iterdir()):
+        return path
+    raise InvalidParameter("model", str(model_path), allowed)
 
 
 def _check_device(device: str) -> str:
@@ -158,17 +184,14 @@ def setup_run(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=Non
     if model_path is not None:
         if p.task != "addition":
             raise InvalidParameter("model", str(model_path), "only with an addition-task preset (tiny-cpu)")
-        path = Path(model_path)
-        if not (path.is_dir() or (path.is_file() and path.suffix == ".gguf")):
-            raise InvalidParameter("model", str(model_path), "an existing local weights directory or .gguf file")
-        model_path = path
+        model_path = check_model_path(model_path)
         changes = {**LOCAL_WEIGHTS_OVERRIDES, **changes}
     if q is not None:
         q = val.sampling_rate("q", q)
         m = q * changes.get("n", p.n)
         changes["m"] = int(round(m)) if abs(m - round(m)) < 1e-9 else m
     if "T" in changes:
-        val.count("T", changes["T"])
+        val.count("T", changes["T"], 1, MAX_ROUNDS)
     if changes:
         try:
             p = p.replace(**changes)        # drops a precomputed σ when (q, T, δ, ε) change (Preset.replace)

@@ -27,23 +27,44 @@ Conventions: scores are arrays [prompts, n] (1-D = one prompt); `indices` are 0-
         halt at the first i with clip(s′_i) + N(0, σ_Z²) > λ̃ + c·U_i;  else fallback
 """
 
-from mechanisms.selection.bon import best_of_n
-from mechanisms.selection.itp import FALLBACKS, ITP, M_RULES, itp_weights, lambda_hat, lambda_hat_matrix
-from mechanisms.selection.laws import (
-                                       OutputLaw,
-                                       acceptance_rejection,
-                                       itp_law,
-                                       privbon_law,
-                                       privbon_policy_finite_n,
-                                       privbon_policy_limit,
-                                       privitp_law,
-                                       privitp_law_given_lambda,
-)
-from mechanisms.selection.privbon import PrivBoN
-from mechanisms.selection.privitp import PrivITP, threshold_widths
-from mechanisms.selection.randomness import NumpyRandomness, as_randomness, make_rng
-from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK, RejectionResult, SelectionResult
-from mechanisms.selection.scores import prepare_scores
+import importlib
+
+# The public names and the modules that define them, imported on first use (PEP 562): `import mechanisms.selection`
+# (as the `privcheck` command line does to register its commands) imports neither the accountant nor numpy.
+_EXPORTS = {
+    "bon": ("best_of_n",),
+    "itp": ("FALLBACKS", "ITP", "M_RULES", "itp_weights", "lambda_hat", "lambda_hat_matrix"),
+    "laws": ("OutputLaw", "acceptance_rejection", "itp_law", "privbon_law", "privbon_policy_finite_n",
+             "privbon_policy_limit", "privitp_law", "privitp_law_given_lambda"),
+    "privbon": ("PrivBoN",),
+    "privitp": ("PrivITP", "threshold_widths"),
+    "randomness": ("NumpyRandomness", "as_randomness", "make_rng"),
+    "results": ("FRESH_PI0", "HALT_FALLBACK", "RejectionResult", "SelectionResult"),
+    "scores": ("prepare_scores",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name):
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"mechanisms.selection.{module}"), name)
+    elif not name.startswith("__"):     # a submodule as an attribute (`mechanisms.selection.laws`), as before
+        try:
+            value = importlib.import_module(f"mechanisms.selection.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"mechanisms.selection.{name}":
+                raise
+            raise AttributeError(f"module 'mechanisms.selection' has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module 'mechanisms.selection' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULE_OF))
+
 
 __all__ = [
     "FALLBACKS", "FRESH_PI0", "HALT_FALLBACK", "ITP", "M_RULES", "NumpyRandomness", "OutputLaw", "PrivBoN",

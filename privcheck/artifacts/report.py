@@ -25,7 +25,7 @@ __all__ = ["ARTIFACT", "EXIT_PROBLEMS", "KIND", "RenderedReport", "render_markdo
 
 ARTIFACT = "verification.json"
 KIND = "verification"
-EXIT_PROBLEMS = 3       # `privcheck report`: the artifact does not check out (2 stays "bad input")
+EXIT_PROBLEMS = 1       # `privcheck report`: the artifact does not check out, a negative result like a failed check
 
 
 def _fmt(x) -> str:

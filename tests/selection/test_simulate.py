@@ -167,10 +167,9 @@ def test_cli_quick(tmp_path, capsys, monkeypatch):
     assert payload["sha256"] == doc["sha256"] and payload["observations"] == doc["observations"]
     assert sorted(Path(f).name for f in payload["files"]) == sorted([ARTIFACT, *FIGURES.values()])
     assert doc["config"] == tiny_config().to_json()
-    bad = parser.parse_args(["simulate", "selection", "--out", str(tmp_path / "x"), "--quick", "--seed", "-3"])
-    with pytest.raises(InvalidParameter) as err:
-        bad.func(bad)
-    assert err.value.name == "seed"
+    with pytest.raises(SystemExit) as exc:                # the one seed rule, applied while parsing
+        parser.parse_args(["simulate", "selection", "--out", str(tmp_path / "x"), "--quick", "--seed", "-3"])
+    assert exc.value.code == 2 and "invalid seed=-3: allowed range is an integer in [0, " in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
