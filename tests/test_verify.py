@@ -55,11 +55,12 @@ def test_failed_check_exits_1(tmp_path, monkeypatch):
     assert doc["status"] == "fail" and doc["summary"]["failed"] == 1
 
 
-def test_crash_writes_no_partial_artifact(tmp_path, monkeypatch):
+def test_crash_writes_no_partial_artifact(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("privcheck.verify.available_suites", lambda: {"boom": "tests.test_verify:_crashing_suite"})
-    with pytest.raises(RuntimeError):
-        main(["verify", "--out", str(tmp_path / "out"), "--suite", "boom"])
-    assert not (tmp_path / "out" / "verification.json").exists()
+    assert main(["verify", "--out", str(tmp_path / "out"), "--suite", "boom"]) == 3     # internal error, one line
+    assert capsys.readouterr().err == ("privcheck: internal error: RuntimeError: suite crashed before finishing "
+                                       "(rerun with --debug for the traceback)\n")
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_suite_is_an_error(tmp_path, capsys):
