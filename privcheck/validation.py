@@ -96,3 +96,19 @@ def significance(confidence: float) -> float:
     """p = 1 − confidence of a validated confidence level, computed in decimal so that 0.95 gives exactly 0.05
     (float subtraction gives 0.050000000000000044)."""
     return float(Decimal(1) - Decimal(repr(float(confidence))))
+
+
+def bounded_count(name: str, value, maximum: int, minimum: int = 1) -> int:
+    """An integer in [minimum, maximum]: `count` with the largest value the method behind it can use, so that a
+    huge integer (10**30) is refused before any work instead of overflowing or hanging inside it."""
+    allowed = f"an integer in [{minimum}, {maximum}]"
+    try:
+        n = count(name, value, minimum)
+    except (InvalidParameter, OverflowError):   # OverflowError: an integral Fraction beyond the float range
+        raise InvalidParameter(name, value, allowed) from None
+    if n > maximum:
+        raise InvalidParameter(name, value, allowed)
+    return n
+
+
+__all__ += ["bounded_count"]

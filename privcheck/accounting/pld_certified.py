@@ -620,9 +620,9 @@ def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str, memo: d
             return _solve_segments(c, s, float(s[j]), j, lam, log_zT, delta, h, extra, side, memo)
         except _Outside as out:
             if str(out) == "above" or j <= 1:
-                raise CertificationError("the crossing lies outside the composed window") from None
+                raise _WindowMissed("the crossing lies outside the composed window") from None
             j = max(1, j - max(1, int(500.0 / max(lam * h, 1e-300))))
-    raise CertificationError("the crossing lies outside the composed window")
+    raise _WindowMissed("the crossing lies outside the composed window")
 
 
 def _suffix_sums(c, s, i0: int, lam: float, h: float):
@@ -908,10 +908,8 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
     support_hi = sum(T * kt for T, (_, kt, _) in zip(steps, ranges))
     lo_idx = max(math.floor((span_lo - _WINDOW_STDS * std) / h), support_lo)
     hi_idx = min(math.ceil((span_hi + _WINDOW_STDS * std) / h), support_hi)
-    N = 1 << max(10, math.ceil(math.log2(hi_idx - lo_idx + 64)))
-    if N > (1 << max_log2):
-        raise _TooFine(N)
-    j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
+    if _fft_length(hi_idx - lo_idx) > (1 << max_log2):
+        raise _TooFine(_fft_length(hi_idx - lo_idx))
     beta = 1.0
     predicted = _predicted_gap(cells, lam, h, beta)
     while beta > 1e-40 and predicted > budget:
@@ -920,6 +918,26 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
             break
         beta, predicted = beta / 8, finer
     rounds = [_discretise(pair, T, h, lam, kb, kt, lc, beta) for pair, T, (kb, kt, lc) in zip(pairs, steps, ranges)]
+    try:
+        return _compose_and_solve(rounds, deltas, lam, h, beta, lo_idx, hi_idx, support_lo)
+    except _WindowMissed:
+        # the Chernoff bound on the mass above the window can exceed δ where wide buckets put a small mass far above
+        # it (rare sampling, e.g. q = 1e-6, σ = 0.1): compose the whole support instead, when it fits
+        if (lo_idx, hi_idx) == (support_lo, support_hi) or _fft_length(support_hi - support_lo) > (1 << max_log2):
+            raise
+        return _compose_and_solve(rounds, deltas, lam, h, beta, support_lo, support_hi, support_lo)
+
+
+def _fft_length(width: int) -> int:
+    """The FFT length holding a window of `width` lattice steps (with a margin of 64)."""
+    return 1 << max(10, math.ceil(math.log2(width + 64)))
+
+
+def _compose_and_solve(rounds: list[_Round], deltas, lam: float, h: float, beta: float, lo_idx: int, hi_idx: int,
+                       support_lo: int) -> tuple[list[tuple[float, float]], dict]:
+    """Compose the rounds on the window [lo_idx, hi_idx] and solve ε at every δ (steps 2 and 3)."""
+    N = _fft_length(hi_idx - lo_idx)
+    j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
     g = _sublattice(rounds, N)
     cU, cL, E = _compose(rounds, N, j0, g)
     with ctx.workprec(PREC):
@@ -945,6 +963,10 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
 
 class _TooFine(Exception):
     pass
+
+
+class _WindowMissed(CertificationError):
+    """The crossing lies outside the composed window (`_direction` then tries the whole support)."""
 
 
 class _Outside(Exception):

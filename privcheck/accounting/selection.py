@@ -39,7 +39,7 @@ from privcheck import validation as v
 from privcheck.accounting.gaussian import gaussian_epsilon
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
-from privcheck.numerics.ball import MAX_PREC, REL_TOL, START_PREC, ThresholdPredicate, evaluate
+from privcheck.numerics.ball import MAX_PREC, REL_TOL, START_PREC, ThresholdPredicate, erfc, evaluate
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
 
@@ -272,15 +272,6 @@ def _rounding_bucket(params: PrivITPParams, lambda_abs: float) -> int:
     return math.frexp(_ROUNDING * scale)[1]          # _ROUNDING·scale ≤ 2^e, exactly
 
 
-def _erfc(t: arb) -> arb:
-    """erfc over a ball through its exact endpoints (erfc is decreasing). Arb's erfc of an *inexact* argument
-    far in the tail returns a ball containing 0 at every precision (observed: t ≈ 1.2e8 at 1024 bits), while
-    its erfc of an exact point is accurate; the PrivITP arguments reach |t| ≈ 2^128 inside the legal range."""
-    if t.rad() == 0:
-        return t.erfc()
-    return t.upper().erfc().union(t.lower().erfc())
-
-
 def _gauss_G(u: arb) -> arb:
     """G(u) = uΦ(u) + φ(u) (G′ = Φ > 0, so a wide ball maps through its endpoints); for u < 0 as
     φ(v)(1 − v·Φ̄(v)/φ(v)), v = −u, whose cancellation (≈ 1/v²) the precision loop absorbs."""
@@ -297,10 +288,10 @@ def _gauss_G_exact(u: arb) -> arb:
         _G_CONSTANTS[ctx.prec] = (arb(2).sqrt(), 1 / (2 * arb.pi()).sqrt())
     root2, inv_root_2pi = _G_CONSTANTS[ctx.prec]
     if u >= 0:
-        return u * _erfc(-u / root2) / 2 + (-(u * u) / 2).exp() * inv_root_2pi
+        return u * erfc(-u / root2) / 2 + (-(u * u) / 2).exp() * inv_root_2pi
     v = -u
     pdf = (-(v * v) / 2).exp() * inv_root_2pi
-    return pdf * (1 - v * ((_erfc(v / root2) / 2) / pdf))
+    return pdf * (1 - v * ((erfc(v / root2) / 2) / pdf))
 
 
 @functools.lru_cache(maxsize=4096)
