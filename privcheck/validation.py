@@ -112,3 +112,22 @@ def bounded_count(name: str, value, maximum: int, minimum: int = 1) -> int:
 
 
 __all__ += ["bounded_count"]
+
+
+def real_array(name: str, value):
+    """`value` as a float64 numpy array, refusing what is not an array of real numbers: complex (numpy would keep only
+    the real part), bool (a mask passed by mistake; cast it explicitly), object and string arrays (numpy would parse
+    "0.5"), ragged nested lists. Shape and finiteness are the caller's checks."""
+    import numpy as np  # here, not at the top: the scalar validators above need no numpy
+
+    allowed = "an array of real numbers (integer or floating dtype; not complex, bool, object or strings)"
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(name, type(value).__name__, allowed) from exc
+    if arr.dtype.kind not in "iuf":
+        raise InvalidParameter(name, f"array of dtype {arr.dtype}", allowed)
+    return arr.astype(np.float64, copy=False)
+
+
+__all__ += ["real_array"]

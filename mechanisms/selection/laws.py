@@ -73,8 +73,8 @@ def privbon_law(scores, sigma) -> np.ndarray:
 
 
 def _pi0(pi0_probs, values) -> tuple[np.ndarray, np.ndarray]:
-    pi0 = np.asarray(pi0_probs, dtype=np.float64)
-    r = np.asarray(values, dtype=np.float64)
+    pi0 = v.real_array("pi0_probs", pi0_probs)
+    r = v.real_array("values", values)
     if pi0.ndim != 1 or pi0.size < 1 or not np.all(np.isfinite(pi0)) or np.any(pi0 < 0) \
             or abs(pi0.sum() - 1.0) > 1e-12 * pi0.size:
         raise InvalidParameter("pi0_probs", pi0_probs, "a 1-D probability vector (non-negative, sums to 1)")
@@ -166,9 +166,9 @@ def _g_diff(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
 def acceptance_rejection(scores, lambda_tilde, c, sigma_z) -> tuple[np.ndarray, np.ndarray]:
     """(P_acc, P_rej) of one Phase-2 round for clean scores r, elementwise (broadcasting):
     P_acc = E_U[Φ((r − λ̃ − c·U)/σ_Z)], P_rej = 1 − P_acc, each accurate in relative terms when small."""
-    r = np.asarray(scores, dtype=np.float64)
-    lt = np.asarray(lambda_tilde, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
+    r = v.real_array("scores", scores)
+    lt = v.real_array("lambda_tilde", lambda_tilde)
+    c = v.real_array("c", c)
     u1 = (r - lt) / sigma_z
     h = np.broadcast_to(c / sigma_z, u1.shape)
     u0 = u1 - h

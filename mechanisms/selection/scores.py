@@ -10,7 +10,8 @@ policy π0; the library cannot check the claimed sensitivity Δ.
 
     prepare_scores(scores, r_lo, r_hi, clip=True):
         x ← float64 view of scores, shape [prompts, n] (a 1-D array is one prompt)
-        reject empty input, NaN and ±inf                          (InvalidParameter "scores")
+        reject non-real dtypes (complex, bool, object, strings),
+        empty input, NaN and ±inf                                 (InvalidParameter "scores")
         if any x outside [r_lo, r_hi]:
             clip=True  → a clipped private copy (the caller's array is never modified)
             clip=False → InvalidParameter naming the range
@@ -49,10 +50,7 @@ def as_score_matrix(scores, name: str = "scores") -> np.ndarray:
 
 
 def _matrix(scores, name: str) -> tuple[np.ndarray, float, float]:
-    try:
-        x = np.asarray(scores, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameter(name, type(scores).__name__, "an array of finite real numbers") from exc
+    x = v.real_array(name, scores)    # a complex array would otherwise lose its imaginary part silently
     if x.ndim == 1:
         x = x.reshape(1, -1)
     if x.ndim != 2:
@@ -92,7 +90,7 @@ def prepare_scores(scores, r_lo, r_hi, clip: bool = True, name: str = "scores") 
 
 def per_prompt_values(name: str, value, prompts: int) -> np.ndarray:
     """A scalar or a length-`prompts` vector of finite reals, as a float64 vector (one value per prompt)."""
-    arr = np.asarray(value, dtype=np.float64)
+    arr = v.real_array(name, value)
     if arr.ndim == 0:
         arr = np.full(prompts, float(arr))
     if arr.shape != (prompts,) or not np.all(np.isfinite(arr)):

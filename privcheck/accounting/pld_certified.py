@@ -41,7 +41,8 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
-__all__ = ["DEFAULT_TOLERANCE", "MAX_LOG2_FFT", "PLDBounds", "certified_epsilon", "certified_epsilons"]
+__all__ = ["DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT", "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds",
+           "certified_epsilon", "certified_epsilons", "check_delta", "check_noise", "check_phases"]
 
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_START_INTERVAL = 1e-4
@@ -55,6 +56,19 @@ _WINDOW_STDS = 12.0
 _MAX_WIDTH_LOG2 = 12
 _GAP_CONSTANT = 0.2
 _COARSE_ESTIMATE_LOG2 = 6     # the float estimate of ε behind the tilt: lattice at most 64·h
+
+# What the certified PLD can use (docs/accounting.md, "Legal ranges"): at most MAX_STEPS rounds per phase and in
+# total, and at most MAX_PHASES phases. Measured on a 2-core CPU: 10⁶ rounds take 10–35 s; at 10⁷ the float
+# T-th powers of the spectra overflow (ε = inf) or the enclosure widens 100-fold. Each phase costs one
+# discretisation and one FFT (≈ 0.7 s): 100 phases take 1–1.5 min.
+MAX_STEPS = 10 ** 6
+MAX_PHASES = 100
+# The smallest δ: at 1e-80 the tilted composed sums overflow floats (ε = inf) for q = 0.01, σ = 1, T = 100; down to
+# 1e-60 every configuration tried was certified in seconds. 1e-50 leaves a margin (and no one asks for less).
+DELTA_MIN = 1e-50
+# The noise multipliers: below 0.1 one round's loss spans thousands and the certified PLD fails or widens (q = 1,
+# σ = 0.01: no enclosure; q = 1e-6, σ = 0.01, T = 10: [0, 6711] where ε ≈ 0), above 10⁸ ε is 0 to the lattice.
+NOISE_RANGE = (0.1, 1e8)
 
 
 @dataclass(frozen=True)
@@ -990,11 +1004,9 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     grid is refined until every gap meets `tolerance`."""
     if relation not in ("add_remove", "replace_one"):
         raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
-    phases = tuple((v.sampling_rate("sampling_rate", q), v.positive("noise_multiplier", s), v.count("steps", t))
-                   for q, s, t in phases)
-    if not phases:
-        raise InvalidParameter("phases", phases, "at least one (sampling_rate, noise_multiplier, steps)")
-    deltas = tuple(v.open_unit("delta", d) for d in deltas)
+    phases = check_phases(tuple((v.sampling_rate("sampling_rate", q), check_noise("noise_multiplier", s),
+                                 v.bounded_count("steps", t, MAX_STEPS)) for q, s, t in phases))
+    deltas = tuple(check_delta("delta", d) for d in deltas)
     if not deltas:
         raise InvalidParameter("deltas", deltas, "at least one δ in (0, 1)")
     if interval is not None:
@@ -1042,6 +1054,36 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
                    "directions": infos, "wall_time_s": wall}
         out.append(PLDBounds(lower=lower, upper=upper, interval=h_used, details=details))
     return tuple(out)
+
+
+def check_noise(name: str, value) -> float:
+    """A noise multiplier σ in NOISE_RANGE."""
+    lo, hi = NOISE_RANGE
+    allowed = f"[{lo:g}, {hi:g}]"
+    x = v.real(name, value, allowed)
+    if not lo <= x <= hi:
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
+def check_delta(name: str, value) -> float:
+    """δ in [DELTA_MIN, 1)."""
+    allowed = f"[{DELTA_MIN:g}, 1)"
+    x = v.real(name, value, allowed)
+    if not DELTA_MIN <= x < 1:
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
+def check_phases(phases: tuple) -> tuple:
+    """Refuse a history the certified PLD cannot compose in minutes: no phase, more than MAX_PHASES phases, or more
+    than MAX_STEPS rounds in total (the steps of each (q, σ, steps) phase are validated by the caller)."""
+    if not 1 <= len(phases) <= MAX_PHASES:
+        raise InvalidParameter("phases", f"{len(phases)} phases", f"1 to {MAX_PHASES} phases")
+    total = sum(p[2] for p in phases)
+    if total > MAX_STEPS:
+        raise InvalidParameter("steps", total, f"at most {MAX_STEPS} rounds in total over the phases")
+    return phases
 
 
 def _start_interval(phases) -> float:
