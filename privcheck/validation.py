@@ -121,6 +121,8 @@ def real_array(name: str, value):
     import numpy as np  # here, not at the top: the scalar validators above need no numpy
 
     allowed = "an array of real numbers (integer or floating dtype; not complex, bool, object or strings)"
+    if isinstance(value, np.ma.MaskedArray):    # np.asarray would drop the mask and use the masked entries
+        raise InvalidParameter(name, "a masked array", allowed + ", unmasked")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError) as exc:

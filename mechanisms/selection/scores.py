@@ -30,7 +30,8 @@ import numpy as np
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
 
-__all__ = ["as_score_matrix", "check_independent", "per_prompt_values", "prepare_scores", "score_range"]
+__all__ = ["as_score_matrix", "check_independent", "is_one_prompt", "per_prompt_values", "prepare_scores",
+           "score_range"]
 
 
 def score_range(r_lo, r_hi) -> tuple[float, float]:
@@ -39,6 +40,12 @@ def score_range(r_lo, r_hi) -> tuple[float, float]:
     if not lo < hi:
         raise InvalidParameter("r_max", r_hi, f"(r_lo, inf) with r_lo = {lo}")
     return lo, hi
+
+
+def is_one_prompt(scores, name: str = "scores") -> bool:
+    """True for a 1-D score vector (one prompt); the input is validated first (a ragged list or a complex array
+    is refused with InvalidParameter instead of failing inside numpy)."""
+    return v.real_array(name, scores).ndim == 1
 
 
 def as_score_matrix(scores, name: str = "scores") -> np.ndarray:
