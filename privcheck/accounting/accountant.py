@@ -204,6 +204,9 @@ def epsilon(event: Event, delta: float | None = None, *, method: str | None = No
         options["interval"] = dpsgd.check_interval("interval", options["interval"])
     if "tolerance" in options:
         options["tolerance"] = v.positive("tolerance", options["tolerance"])
+    if isinstance(event, (PoissonGaussianEvent, CompositionHistory)) and method != "exact_single_round":
+        for p in _phases(event):        # the σ range of the lattice methods (the closed form takes any σ > 0)
+            pld_certified.check_noise("noise_multiplier", p[1])
     if isinstance(event, (PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent)):
         delta = _check_itp_delta(event, None if delta is None else v.open_unit("delta", delta))
     else:

@@ -38,9 +38,8 @@ from privcheck.environment import library_versions
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import freeze, jsonable
 
-__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETERS", "SEARCH_INTERVAL", "SIGMA_CEILING",
-           "SIGMA_FLOOR",
-           "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
+__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETERS", "PLD_TARGET_MAX", "SEARCH_INTERVAL",
+           "SIGMA_CEILING", "SIGMA_FLOOR", "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
 # The noise range searched: the floor is the accountant's own (pld_certified.NOISE_RANGE; below it one round's float
 # PLD needs ≥ 1.5·10⁵ buckets at the search interval and grows like 1/σ², and ε is already ≈ 92 for one full
@@ -114,6 +113,8 @@ def _target(value) -> float:
     if not 0 < x <= EPS_MAX:
         raise InvalidParameter("epsilon", value, allowed)
     return x
+
+
 _CACHE: dict[tuple, Calibration] = {}
 
 
@@ -252,7 +253,7 @@ def _search_steps(eps, target: float):
     close a bracket of 10⁶)."""
     e_one = eps(1)
     if e_one > target:
-        raise CalibrationInfeasible(target, f"[{e_one!r}, {EPS_MAX:g}] (one step already costs {e_one!r})")
+        raise CalibrationInfeasible(target, f"at least {e_one!r}, the ε of one step")
     good, e_good, bad = 1, e_one, 2
     while (e_bad := eps(bad)) <= target:
         if bad == MAX_STEPS:

@@ -25,7 +25,7 @@ import dp_accounting
 
 from privcheck import validation as v
 from privcheck.accounting.gaussian_selection import COUNT_MAX, range_sensitivity, score_range
-from privcheck.accounting.pld_certified import MAX_STEPS, check_noise, check_phases
+from privcheck.accounting.pld_certified import MAX_STEPS, check_phases
 from privcheck.accounting.selection import (
     MAX_CANDIDATES,
     PrivITPParams,
@@ -127,7 +127,8 @@ class PoissonGaussianEvent(Event):
 
     def __post_init__(self):
         _set(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
-        _set(self, "noise_multiplier", check_noise("noise_multiplier", self.noise_multiplier))
+        # any σ > 0 describes a mechanism; the accountants' σ range (NOISE_RANGE) is checked when ε is computed
+        _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
         _set(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
         relation = NeighboringRelation.coerce(self.relation)
         if relation is NeighboringRelation.SCORE_SENSITIVITY:

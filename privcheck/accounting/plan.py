@@ -21,7 +21,7 @@ from privcheck import validation as v
 from privcheck.accounting.accountant import epsilon
 from privcheck.accounting.calibration import Calibration, calibrate_sigma
 from privcheck.accounting.events import NeighboringRelation, PoissonGaussianEvent
-from privcheck.accounting.pld_certified import MAX_STEPS, check_noise
+from privcheck.accounting.pld_certified import MAX_STEPS
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CalibrationMismatch, InvalidParameter
 
@@ -52,7 +52,7 @@ class DPSGDPlan:
         s = object.__setattr__
         s(self, "records", v.bounded_count("records", self.records, MAX_RECORDS))
         s(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
-        s(self, "noise_multiplier", check_noise("noise_multiplier", self.noise_multiplier))
+        s(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
         s(self, "clip_norm", v.positive("clip_norm", self.clip_norm))
         s(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
         s(self, "delta", v.open_unit("delta", self.delta))

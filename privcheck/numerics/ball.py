@@ -94,10 +94,10 @@ def _sqrt2() -> arb:
 def erfc(t: arb) -> arb:
     """erfc over the ball t, through its exact endpoints (erfc is decreasing).
 
-    Arb's erfc of an inexact argument bounds the propagated error by a derivative bound that is far larger than
-    the value in the tails: the ball of erfc(30 ± 2^-60) at any precision, or of erfc(t) for t ≈ 1e8 and a radius
-    of rounding size, holds 0, so no precision certifies a ratio or a logarithm of it. At an exact point Arb's
-    erfc has full relative accuracy (no underflow), so the union of the two endpoint values is a tight enclosure.
+    Arb's erfc of an inexact argument far in the tail (t ≈ 7·10⁷ with a radius of rounding size, at every precision
+    up to 4096 bits) returns a ball holding 0, so no precision certifies a ratio or a logarithm of it; and of a wide
+    argument it returns a ball reaching below 0 and above 2. At an exact point Arb's erfc has full relative
+    accuracy (no underflow), so the union of the two endpoint values is a tight enclosure of the exact range.
     """
     if t.rad() == 0:
         return t.erfc()

@@ -144,3 +144,17 @@ def test_integral_counts_of_any_type_give_the_plain_answer(call, plain):
 def test_the_stated_maximum_itself_is_answered(call, top):
     """Each maximum is what the method handles in seconds (10⁶ rounds of the certified PLD: ≈ 10 s)."""
     assert math.isfinite(_value(call(top)))
+
+
+@pytest.mark.parametrize("method,args,name", [
+    ("admits", ("0.5",), "worst_case"), ("admits", (math.nan,), "worst_case"), ("admits", (-1.0,), "worst_case"),
+    ("admits", (0.5, -1e-5), "delta"), ("admits", (0.5, math.nan), "delta"), ("admits", (0.5, 1.0), "delta"),
+    ("charge", ("q", 0.1, "0.5"), "worst_case"), ("charge", ("q", 0.1, 0.5, -1.0), "delta"),
+    ("refuse", ("q", np.array([0.5])), "worst_case"),
+])
+def test_ex_post_filter_inputs(method, args, name):
+    """A negative δ used to lower the δ spent, and a string worst case raised TypeError inside math.isfinite."""
+    flt = acc.ExPostFilter(budget=1.0, delta_total=1e-3)
+    _refused(lambda _: getattr(flt, method)(*args), None, name)
+    assert flt.spent == 0.0 and flt.entries == []
+    assert flt.admits(math.inf) is False and flt.admits(0.5, 1e-4) is True

@@ -423,5 +423,5 @@ def test_tail_probabilities_exclude_zero_where_a_ball_can(mid, rad, prec, slack)
         assert hi / lo < 1.001
         assert _mp_contains(log_cdf, mpmath.log(lo)) and _mp_contains(log_cdf, mpmath.log(hi))
         # tight: no wider than the exact range (plus Arb's radius propagation, 1e-4 of it) plus the slack (Arb's own
-        # erfc of these arguments gave a ball around 0)
+        # erfc of the −10⁸ arguments gave a ball around 0)
         assert _mp_point(cdf.rad()) * 2 <= (hi - lo) * (1 + mpmath.mpf(10) ** -4) + hi * slack
