@@ -161,6 +161,7 @@ def test_steps_beyond_the_maximum_and_below_one_step():
     assert err.name == "epsilon" and dpa_epsilon(1.0, 0.1, 1, 1e-5, 1e-3) > 1.0
 
 
+@pytest.mark.slow
 def test_full_batch_calibration_at_a_large_target():
     """q = 1, T = 1 (the Gaussian mechanism), ε = 50: σ ≈ 0.15; the certified PLD used to fail for q = 1 above
     ε ≈ 37 (a cancelled crossing point), so the calibration doubled σ. Checked on the closed form in mpmath."""

