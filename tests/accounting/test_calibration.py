@@ -180,8 +180,10 @@ def test_a_million_steps_calibrates_on_lattices_fine_enough_for_it():
     where 37 suffices); the lattices now shrink by √(1000/T). About a minute."""
     cal = calibrate_sigma(0.01, 10**6, 1e-5, 1.0)
     assert cal.achieved.value <= 1.0
-    assert dpa_epsilon(0.01, cal.value, 10**6, 1e-5) <= 1.0
-    assert dpa_epsilon(0.01, cal.value * 0.99, 10**6, 1e-5) > 1.0
+    # dp-accounting's own pessimistic PLD at 1e-4 still sits ≈ 0.01 above the exact ε at T = 10⁶; at 3e-5 it is
+    # within ≈ 6e-4, which separates σ from 0.99·σ
+    assert dpa_epsilon(0.01, cal.value, 10**6, 1e-5, interval=3e-5) <= 1.0
+    assert dpa_epsilon(0.01, cal.value * 0.99, 10**6, 1e-5, interval=3e-5) > 1.0
 
 
 
