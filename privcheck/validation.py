@@ -114,3 +114,40 @@ def significance(confidence: float) -> float:
     """p = 1 − confidence of a validated confidence level, computed in decimal so that 0.95 gives exactly 0.05
     (float subtraction gives 0.050000000000000044)."""
     return float(Decimal(1) - Decimal(repr(float(confidence))))
+
+
+def bounded_count(name: str, value, maximum: int, minimum: int = 1) -> int:
+    """An integer in [minimum, maximum]: `count` with the largest value the method behind it can use, so that a
+    huge integer (10**30) is refused before any work instead of overflowing or hanging inside it."""
+    allowed = f"an integer in [{minimum}, {maximum}]"
+    try:
+        n = count(name, value, minimum)
+    except (InvalidParameter, OverflowError):   # OverflowError: an integral Fraction beyond the float range
+        raise InvalidParameter(name, value, allowed) from None
+    if n > maximum:
+        raise InvalidParameter(name, value, allowed)
+    return n
+
+
+__all__ += ["bounded_count"]
+
+
+def real_array(name: str, value):
+    """`value` as a float64 numpy array, refusing what is not an array of real numbers: complex (numpy would keep only
+    the real part), bool (a mask passed by mistake; cast it explicitly), object and string arrays (numpy would parse
+    "0.5"), ragged nested lists. Shape and finiteness are the caller's checks."""
+    import numpy as np  # here, not at the top: the scalar validators above need no numpy
+
+    allowed = "an array of real numbers (integer or floating dtype; not complex, bool, object or strings)"
+    if isinstance(value, np.ma.MaskedArray):    # np.asarray would drop the mask and use the masked entries
+        raise InvalidParameter(name, "a masked array", allowed + ", unmasked")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameter(name, type(value).__name__, allowed) from exc
+    if arr.dtype.kind not in "iuf":
+        raise InvalidParameter(name, f"array of dtype {arr.dtype}", allowed)
+    return arr.astype(np.float64, copy=False)
+
+
+__all__ += ["real_array"]

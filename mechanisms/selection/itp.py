@@ -27,7 +27,7 @@ import numpy as np
 
 from mechanisms.selection.randomness import as_randomness
 from mechanisms.selection.results import FRESH_PI0, HALT_FALLBACK, RejectionResult, frozen_array
-from mechanisms.selection.scores import as_score_matrix, per_prompt_values, prepare_scores, score_range
+from mechanisms.selection.scores import as_score_matrix, is_one_prompt, per_prompt_values, prepare_scores, score_range
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
 
@@ -59,7 +59,7 @@ def lambda_hat(scores, beta):
     No clipping is applied here: mechanisms clip before calling it.
     """
     beta = v.positive("beta", beta)
-    one_prompt = np.ndim(scores) == 1
+    one_prompt = is_one_prompt(scores)
     lam = lambda_hat_matrix(as_score_matrix(scores), beta)
     return float(lam[0]) if one_prompt else lam
 
@@ -68,7 +68,7 @@ def itp_weights(scores, lambda_hat_value, beta) -> np.ndarray:
     """w_i = relu((s_i − λ)/β), with λ a scalar or one value per prompt; returns [prompts, n]
     (or [n] for 1-D scores)."""
     beta = v.positive("beta", beta)
-    one_prompt = np.ndim(scores) == 1
+    one_prompt = is_one_prompt(scores)
     s = as_score_matrix(scores)
     lam = per_prompt_values("lambda_hat", lambda_hat_value, s.shape[0])
     w = np.maximum((s - lam[:, None]) / beta, 0.0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erfcx, gammaln, logsumexp, ndtr, xlogy
 
-from mechanisms.selection.scores import as_score_matrix, per_prompt_values, prepare_scores
+from mechanisms.selection.scores import as_score_matrix, is_one_prompt, per_prompt_values, prepare_scores
 from privcheck import validation as v
 from privcheck.accounting.selection import PrivITPParams
 from privcheck.errors import InvalidParameter
@@ -66,15 +66,17 @@ class OutputLaw:
 def privbon_law(scores, sigma) -> np.ndarray:
     """softmax(s/σ) along the candidates (the exact law of PrivBoN given already clipped scores)."""
     sigma = v.positive("sigma", sigma)
-    one_prompt = np.ndim(scores) == 1
-    z = as_score_matrix(scores) / sigma
+    one_prompt = is_one_prompt(scores)
+    s = as_score_matrix(scores)
+    with np.errstate(over="ignore"):      # s − max may overflow to −inf (a zero probability); σ may be subnormal
+        z = (s - s.max(axis=1, keepdims=True)) / sigma
     p = np.exp(z - logsumexp(z, axis=1, keepdims=True))
     return p[0] if one_prompt else p
 
 
 def _pi0(pi0_probs, values) -> tuple[np.ndarray, np.ndarray]:
-    pi0 = np.asarray(pi0_probs, dtype=np.float64)
-    r = np.asarray(values, dtype=np.float64)
+    pi0 = v.real_array("pi0_probs", pi0_probs)
+    r = v.real_array("values", values)
     if pi0.ndim != 1 or pi0.size < 1 or not np.all(np.isfinite(pi0)) or np.any(pi0 < 0) \
             or abs(pi0.sum() - 1.0) > 1e-12 * pi0.size:
         raise InvalidParameter("pi0_probs", pi0_probs, "a 1-D probability vector (non-negative, sums to 1)")
@@ -127,7 +129,7 @@ def _sequential(acc: np.ndarray, log_rej: np.ndarray) -> tuple[np.ndarray, np.nd
 def itp_law(scores, beta, lambda_hat, M) -> OutputLaw:
     """Exact law of ITP's rejection loop given λ̂ and M (scalars or one per prompt)."""
     beta = v.positive("beta", beta)
-    one_prompt = np.ndim(scores) == 1
+    one_prompt = is_one_prompt(scores)
     s = as_score_matrix(scores)
     lam = per_prompt_values("lambda_hat", lambda_hat, s.shape[0])
     m = per_prompt_values("M", M, s.shape[0])
@@ -166,9 +168,9 @@ def _g_diff(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
 def acceptance_rejection(scores, lambda_tilde, c, sigma_z) -> tuple[np.ndarray, np.ndarray]:
     """(P_acc, P_rej) of one Phase-2 round for clean scores r, elementwise (broadcasting):
     P_acc = E_U[Φ((r − λ̃ − c·U)/σ_Z)], P_rej = 1 − P_acc, each accurate in relative terms when small."""
-    r = np.asarray(scores, dtype=np.float64)
-    lt = np.asarray(lambda_tilde, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
+    r = v.real_array("scores", scores)
+    lt = v.real_array("lambda_tilde", lambda_tilde)
+    c = v.real_array("c", c)
     u1 = (r - lt) / sigma_z
     h = np.broadcast_to(c / sigma_z, u1.shape)
     u0 = u1 - h
@@ -207,7 +209,7 @@ def privitp_law_given_lambda(phase2_scores, lambda_tilde, params: PrivITPParams)
     Scores are clipped to the public range as the mechanism does; c = params.threshold_width(λ̃).
     `acceptance` holds the per-round P_acc.
     """
-    one_prompt = np.ndim(phase2_scores) == 1
+    one_prompt = is_one_prompt(phase2_scores, "phase2_scores")
     s = _phase2_matrix(phase2_scores, params)
     lt = per_prompt_values("lambda_tilde", lambda_tilde, s.shape[0])
     with np.errstate(divide="ignore"):
@@ -250,7 +252,7 @@ def privitp_law(phase2_scores, lambda_hat, params: PrivITPParams, nodes: int = 9
     nodes = v.count("nodes", nodes, minimum=2)
     if method not in ("auto", "gauss_hermite", "split"):
         raise InvalidParameter("method", method, "'auto', 'gauss_hermite' or 'split'")
-    one_prompt = np.ndim(phase2_scores) == 1
+    one_prompt = is_one_prompt(phase2_scores, "phase2_scores")
     s = _phase2_matrix(phase2_scores, params)
     lam = per_prompt_values("lambda_hat", lambda_hat, s.shape[0])
     kinks = (params.r_max + params.sigma_z * params.headroom - params.c_min - lam) / params.sigma_x

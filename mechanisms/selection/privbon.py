@@ -30,18 +30,23 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from flint import arb
 from scipy.special import logsumexp
 
 from mechanisms.selection.randomness import as_randomness
 from mechanisms.selection.results import SelectionResult
 from mechanisms.selection.scores import prepare_scores, score_range
 from privcheck import validation as v
-from privcheck.accounting import AccountingRecord, PrivBoNEvent, basic_composition, epsilon, privbon_sigma
+from privcheck.accounting import AccountingRecord, PrivBoNEvent, epsilon, privbon_sigma
+from privcheck.accounting.selection import MAX_CANDIDATES, check_privbon_sigma, sensitivity_and_range
 from privcheck.errors import InvalidParameter
+from privcheck.numerics.certified import float_up
 
-__all__ = ["MODES", "SAMPLERS", "PrivBoN"]
+__all__ = ["MAX_PROMPTS", "MODES", "SAMPLERS", "PrivBoN"]
 
 SAMPLERS = ("gumbel", "softmax")
+# The most prompts one record composes: 2^53, the integers a float holds exactly (the record states P and P·ε).
+MAX_PROMPTS = 2 ** 53
 MODES = ("exact", "nominal")
 
 
@@ -57,11 +62,8 @@ class PrivBoN:
     def __init__(self, sensitivity, sigma, r_max, r_lo=0.0, mode: str = "exact", sampler: str = "gumbel",
                  clip: bool = True):
         self.r_lo, self.r_max = score_range(r_lo, r_max)
-        self.sensitivity = v.positive("sensitivity", sensitivity)
-        if self.sensitivity > self.r_max - self.r_lo:
-            raise InvalidParameter("sensitivity", sensitivity,
-                                   f"(0, {self.r_max - self.r_lo}] (at most the score range r_max - r_lo)")
-        self.sigma = v.positive("sigma", sigma)
+        self.sensitivity = sensitivity_and_range(sensitivity, self.r_lo, self.r_max)[0]   # Δ ≤ r_max − r_lo, exactly
+        self.sigma = check_privbon_sigma(sigma, self.sensitivity)                        # 2Δ/σ a float
         if mode not in MODES:
             raise InvalidParameter("mode", mode, "'exact' or 'nominal'")
         if sampler not in SAMPLERS:
@@ -93,16 +95,17 @@ class PrivBoN:
 
     def event(self, candidates: int) -> PrivBoNEvent:
         """The accounting event of one query with `candidates` candidates."""
-        return PrivBoNEvent(self.sensitivity, self.sigma, candidates=v.count("candidates", candidates),
-                            r_max=self.r_max, r_lo=self.r_lo, mode=self.mode)
+        return PrivBoNEvent(self.sensitivity, self.sigma, candidates=candidates, r_max=self.r_max, r_lo=self.r_lo,
+                            mode=self.mode)
 
     def epsilon_record(self, candidates: int, prompts: int = 1) -> AccountingRecord:
         """The accounting record of `prompts` queries with `candidates` candidates each (cached)."""
-        key = (v.count("candidates", candidates), v.count("prompts", prompts))
+        key = (v.bounded_count("candidates", candidates, MAX_CANDIDATES),
+               v.bounded_count("prompts", prompts, MAX_PROMPTS))
         rec = self._records.get(key)
         if rec is None:
             base = epsilon(self.event(key[0]))
-            total, _ = basic_composition([base.value] * key[1])
+            total = float_up(arb(key[1]) * arb(base.value))     # basic composition of P equal charges, rounded up
             rec = dataclasses.replace(base, details={
                 **base.details, "queries": key[1], "per_query_epsilon": base.value, "composition": "basic",
                 "total_epsilon": total, "sampler": self.sampler, "clip": self.clip})

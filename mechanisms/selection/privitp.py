@@ -40,6 +40,7 @@ from mechanisms.selection.itp import FALLBACKS, fallback_indices, lambda_hat_mat
 from mechanisms.selection.randomness import as_randomness
 from mechanisms.selection.results import HALT_FALLBACK, RejectionResult, frozen_array
 from mechanisms.selection.scores import check_independent, prepare_scores
+from privcheck import validation as v
 from privcheck.accounting import AccountingRecord, PrivITPEvent, PrivITPParams, epsilon
 from privcheck.errors import InvalidParameter
 
@@ -130,10 +131,11 @@ class PrivITP:
 
     def account(self, lambda_tilde, halting_times) -> tuple[AccountingRecord, ...]:
         """One ex-post record `epsilon(PrivITPEvent(...))` per prompt (halting time 0 = fallback → None)."""
-        lts = np.asarray(lambda_tilde, dtype=np.float64).ravel()
-        ts = np.asarray(halting_times).ravel()
-        return tuple(epsilon(self.event(lt, int(t) if t != HALT_FALLBACK else None))
-                     for lt, t in zip(lts.tolist(), ts.tolist()))
+        lts = v.real_array("lambda_tilde", lambda_tilde).ravel()
+        ts = [v.count("halting_times", t, minimum=0) for t in np.asarray(halting_times).ravel().tolist()]
+        if len(ts) != lts.size:
+            raise InvalidParameter("halting_times", f"{len(ts)} values", f"one per lambda_tilde ({lts.size})")
+        return tuple(epsilon(self.event(lt, t if t != HALT_FALLBACK else None)) for lt, t in zip(lts.tolist(), ts))
 
     def select(self, phase1_scores, phase2_scores, rng=None, *, account: bool = True) -> RejectionResult:
         """One PrivITP query per prompt. Both score arrays are [prompts, n] (1-D = one prompt) and must come

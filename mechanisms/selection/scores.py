@@ -10,7 +10,8 @@ policy π0; the library cannot check the claimed sensitivity Δ.
 
     prepare_scores(scores, r_lo, r_hi, clip=True):
         x ← float64 view of scores, shape [prompts, n] (a 1-D array is one prompt)
-        reject empty input, NaN and ±inf                          (InvalidParameter "scores")
+        reject non-real dtypes (complex, bool, object, strings),
+        empty input, NaN and ±inf                                 (InvalidParameter "scores")
         if any x outside [r_lo, r_hi]:
             clip=True  → a clipped private copy (the caller's array is never modified)
             clip=False → InvalidParameter naming the range
@@ -29,7 +30,8 @@ import numpy as np
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
 
-__all__ = ["as_score_matrix", "check_independent", "per_prompt_values", "prepare_scores", "score_range"]
+__all__ = ["as_score_matrix", "check_independent", "is_one_prompt", "per_prompt_values", "prepare_scores",
+           "score_range"]
 
 
 def score_range(r_lo, r_hi) -> tuple[float, float]:
@@ -38,6 +40,12 @@ def score_range(r_lo, r_hi) -> tuple[float, float]:
     if not lo < hi:
         raise InvalidParameter("r_max", r_hi, f"(r_lo, inf) with r_lo = {lo}")
     return lo, hi
+
+
+def is_one_prompt(scores, name: str = "scores") -> bool:
+    """True for a 1-D score vector (one prompt); the input is validated first (a ragged list or a complex array
+    is refused with InvalidParameter instead of failing inside numpy)."""
+    return v.real_array(name, scores).ndim == 1
 
 
 def as_score_matrix(scores, name: str = "scores") -> np.ndarray:
@@ -49,10 +57,7 @@ def as_score_matrix(scores, name: str = "scores") -> np.ndarray:
 
 
 def _matrix(scores, name: str) -> tuple[np.ndarray, float, float]:
-    try:
-        x = np.asarray(scores, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameter(name, type(scores).__name__, "an array of finite real numbers") from exc
+    x = v.real_array(name, scores)    # a complex array would otherwise lose its imaginary part silently
     if x.ndim == 1:
         x = x.reshape(1, -1)
     if x.ndim != 2:
@@ -92,7 +97,7 @@ def prepare_scores(scores, r_lo, r_hi, clip: bool = True, name: str = "scores") 
 
 def per_prompt_values(name: str, value, prompts: int) -> np.ndarray:
     """A scalar or a length-`prompts` vector of finite reals, as a float64 vector (one value per prompt)."""
-    arr = np.asarray(value, dtype=np.float64)
+    arr = v.real_array(name, value)
     if arr.ndim == 0:
         arr = np.full(prompts, float(arr))
     if arr.shape != (prompts,) or not np.all(np.isfinite(arr)):

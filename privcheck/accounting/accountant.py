@@ -26,7 +26,7 @@ import time
 from flint import arb
 
 from privcheck import validation as v
-from privcheck.accounting import dpsgd, gaussian, gaussian_selection, selection
+from privcheck.accounting import dpsgd, gaussian, gaussian_selection, pld_certified, selection
 from privcheck.accounting.events import (
     CompositionHistory,
     Event,
@@ -65,6 +65,8 @@ def _delta(event: Event, delta):
         if event.needs_delta and not isinstance(event, (PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent)):
             raise InvalidParameter("delta", None, "(0, 1): this event is approximate DP")
         return None
+    if isinstance(event, (PoissonGaussianEvent, CompositionHistory)):
+        return pld_certified.check_delta("delta", delta)      # the range of the certified PLD, for every method
     return v.open_unit("delta", delta)
 
 
@@ -198,6 +200,13 @@ def epsilon(event: Event, delta: float | None = None, *, method: str | None = No
         raise InvalidParameter(sorted(unknown)[0], options[sorted(unknown)[0]],
                                f"no such option for method {method!r} (allowed: "
                                f"{sorted(_OPTIONS.get(method, set())) or 'none'})")
+    if "interval" in options:
+        options["interval"] = dpsgd.check_interval("interval", options["interval"])
+    if "tolerance" in options:
+        options["tolerance"] = v.positive("tolerance", options["tolerance"])
+    if isinstance(event, (PoissonGaussianEvent, CompositionHistory)) and method != "exact_single_round":
+        for p in _phases(event):        # the σ range of the lattice methods (the closed form takes any σ > 0)
+            pld_certified.check_noise("noise_multiplier", p[1])
     if isinstance(event, (PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent)):
         delta = _check_itp_delta(event, None if delta is None else v.open_unit("delta", delta))
     else:
@@ -215,9 +224,9 @@ def epsilon_lower_bound(event, delta: float, *, interval: float | None = None) -
         event = CompositionHistory((event,))
     if not isinstance(event, CompositionHistory):
         raise InvalidParameter("event", type(event).__name__, "a PoissonGaussianEvent or CompositionHistory")
-    delta = v.open_unit("delta", delta)
+    delta = pld_certified.check_delta("delta", delta)
     if interval is not None:
-        interval = v.positive("interval", interval)
+        interval = dpsgd.check_interval("interval", interval)
     record = _certified(event, delta, {} if interval is None else {"interval": interval})
     if record.certified is None:
         return 0.0
@@ -229,11 +238,12 @@ def epsilon_value(event: Event, delta: float | None = None, **options) -> float:
     """A fast float ε for searches (calibration's inner loop): dp-accounting's PLD for PoissonGaussianEvent and
     CompositionHistory (the "pld_float" cross-check, cached), `epsilon(event, delta).value` otherwise. Never a
     reported figure: `calibrate` certifies the value it returns."""
-    interval = options.get("interval", dpsgd.DEFAULT_INTERVAL)
+    interval = dpsgd.check_interval("interval", options.get("interval", dpsgd.DEFAULT_INTERVAL))
     if isinstance(event, PoissonGaussianEvent) and set(options) <= {"interval"}:
         return dpsgd.pld_epsilon_value(event.sampling_rate, event.noise_multiplier, event.steps,
-                                       v.open_unit("delta", delta), interval, event.relation.value)
+                                       pld_certified.check_delta("delta", delta), interval, event.relation.value)
     if isinstance(event, CompositionHistory) and set(options) <= {"interval"}:
         phases = tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in event.phases)
-        return dpsgd.pld_history_epsilon_value(phases, v.open_unit("delta", delta), interval, event.relation.value)
+        return dpsgd.pld_history_epsilon_value(phases, pld_certified.check_delta("delta", delta), interval,
+                                               event.relation.value)
     return epsilon(event, delta).value

@@ -12,6 +12,12 @@ The float search only positions σ, so it runs on coarse lattices: a bracket at 
 then a bracket confirmed at 1e-3 and refined to `tolerance`, both by regula falsi on (log σ, log ε). The float
 PLD at 1e-3 sits within about 2e-5 of the certified upper end on the Table VI rows, which the certified check
 then settles (`Calibration.certified_step` says how far it moved σ).
+
+Every search is bounded (docs/accounting.md, "Calibration"): the target ε lies in (0, EPS_MAX]; σ is searched in
+[SIGMA_FLOOR, SIGMA_CEILING], where one float PLD takes at most seconds (a σ of 10⁻³ needs 5·10⁷ buckets per round
+and took minutes per evaluation); T in [1, MAX_STEPS] (what the certified PLD takes). A target that no value in
+the range meets, or that every value down to the floor meets, is refused with `CalibrationInfeasible` (an
+InvalidParameter naming `epsilon` and the ε reachable in the range), after at most a few dozen evaluations.
 """
 
 from __future__ import annotations
@@ -23,28 +29,42 @@ from typing import Any, Mapping
 
 from privcheck import validation as v
 from privcheck.accounting.accountant import epsilon, epsilon_value
-from privcheck.accounting.dpsgd import DEFAULT_INTERVAL
+from privcheck.accounting.dpsgd import DEFAULT_INTERVAL, FLOAT_PLD_DELTA_MIN, INTERVAL_RANGE, check_interval
 from privcheck.accounting.events import Event, NeighboringRelation, PoissonGaussianEvent
+from privcheck.accounting.gaussian import EPS_MAX
+from privcheck.accounting.pld_certified import MAX_STEPS, NOISE_RANGE, check_noise
 from privcheck.accounting.records import AccountingRecord
 from privcheck.environment import library_versions
-from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.errors import InvalidParameter
 from privcheck.serialization import freeze, jsonable
 
-__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "MAX_STEPS", "PARAMETERS", "SEARCH_INTERVAL",
-           "SIGMA_CEILING", "SIGMA_FLOOR",
-           "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
+__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETERS", "PLD_TARGET_MAX", "SEARCH_INTERVAL",
+           "SIGMA_CEILING", "SIGMA_FLOOR", "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
-SIGMA_FLOOR, SIGMA_CEILING = 1e-3, 1e4
+# The noise range searched: the floor is the accountant's own (pld_certified.NOISE_RANGE; below it one round's float
+# PLD needs ≥ 1.5·10⁵ buckets at the search interval and grows like 1/σ², and ε is already ≈ 92 for one full
+# Gaussian release, q = 1, T = 1, δ = 1e-5). Above 10⁴ a noise multiplier is not a useful training setting.
+SIGMA_FLOOR, SIGMA_CEILING = NOISE_RANGE[0], 1e4
 _SAFE_STEPS = 8
 SEARCH_INTERVAL = 1e-3      # float PLD lattice of the search's fine stage (σ); the certified check decides
 COARSE_INTERVAL = 1e-2      # and of its bracketing stage
 _COARSE_RESOLUTION = 1e-4   # the coarse stage narrows σ to this relative width
 _FINE_WINDOW = 2e-3         # the fine bracket starts this far (relative) either side of the coarse crossing
-MAX_STEPS = 10**7
+# The float PLD's bias grows like T·h² (σ = 111, q = 0.01, T = 10⁶, δ = 1e-5: ε = 3.6 at h = 1e-2, 1.0 at 1e-3, 0.34
+# at 1e-4), so for more than this many rounds both search lattices shrink by √(_LATTICE_STEPS/T).
+_LATTICE_STEPS = 1000
+# Targets for the PLD families: above a few thousand the certified PLD coarsens its lattice to fit its FFT and its
+# enclosure widens (q = 1, σ = 1: [2487.6, 2801.6] at T = 5000, [8922, 15003] at T = 19000), so a calibration
+# there would move far from the float search's answer; up to 10³ it is tight (T = 1000: width 1e-4).
+PLD_TARGET_MAX = 1e3
 
 
-class CalibrationInfeasible(PrivcheckError):
-    """No value in the search range meets the target (e.g. one step already exceeds ε)."""
+class CalibrationInfeasible(InvalidParameter):
+    """No value in the search range meets the target ε (e.g. one step already exceeds it): an InvalidParameter
+    naming `epsilon`, whose allowed range is the ε reachable in the search range."""
+
+    def __init__(self, target, reachable: str):
+        super().__init__("epsilon", target, reachable)
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,17 @@ class Calibration:
 
 
 PARAMETERS = ("noise_multiplier", "steps")
+
+
+def _target(value) -> float:
+    """A target ε in (0, EPS_MAX] (the one ceiling for every ε; a larger ε is no guarantee worth calibrating to)."""
+    allowed = f"(0, {EPS_MAX:g}]"
+    x = v.real("epsilon", value, allowed)
+    if not 0 < x <= EPS_MAX:
+        raise InvalidParameter("epsilon", value, allowed)
+    return x
+
+
 _CACHE: dict[tuple, Calibration] = {}
 
 
@@ -113,11 +144,11 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     """
     if parameter not in PARAMETERS:
         raise InvalidParameter("parameter", parameter, " or ".join(repr(p) for p in PARAMETERS))
-    target = v.positive("epsilon", target_epsilon)
+    target = _target(target_epsilon)
     if interval is None:
         interval = SEARCH_INTERVAL if parameter == "noise_multiplier" else DEFAULT_INTERVAL
-    interval = v.positive("interval", interval)
-    coarse = v.positive("coarse", coarse)
+    interval = check_interval("interval", interval)
+    coarse = check_interval("coarse", coarse)
     tolerance = v.positive("tolerance", tolerance)
     probe = _probe(make_event, parameter)
     if delta is not None or probe.needs_delta:
@@ -125,11 +156,25 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     start = time.perf_counter()
     evals = 0
     pld = hasattr(probe, "sampling_rate") or hasattr(probe, "phases")
+    if pld and target > PLD_TARGET_MAX:
+        raise InvalidParameter("epsilon", target, f"(0, {PLD_TARGET_MAX:g}] for a Poisson-subsampled Gaussian family "
+                                                  "(the certified PLD widens above a few thousand)")
+    if pld and delta < FLOAT_PLD_DELTA_MIN:
+        raise InvalidParameter("delta", delta, f"[{FLOAT_PLD_DELTA_MIN:g}, 1) for a calibration (its search runs on "
+                                               "dp-accounting's float PLD, which truncates 1e-15 of the mass)")
+    if pld and parameter == "noise_multiplier" and probe.steps > _LATTICE_STEPS:
+        shrink = math.sqrt(_LATTICE_STEPS / probe.steps)
+        interval, coarse = (max(INTERVAL_RANGE[0], h * shrink) for h in (interval, coarse))
 
     def eps(x, iv: float) -> float:
+        """ε at x; a value the event family refuses (e.g. a Gaussian σ with Δ/σ above its legal range) costs more
+        than any legal target, so the search moves away from it."""
         nonlocal evals
         evals += 1
-        return epsilon_value(make_event(x), delta, **({"interval": iv} if pld else {}))
+        try:
+            return epsilon_value(make_event(x), delta, **({"interval": iv} if pld else {}))
+        except (InvalidParameter, ValueError):      # ValueError: a float PLD too large to run
+            return math.inf
 
     if parameter == "steps":
         value, bracket = _search_steps(lambda t: eps(t, interval), target)
@@ -145,8 +190,10 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
             break
         if parameter == "steps":
             if value <= 1:
-                raise CalibrationInfeasible(f"one step already costs more than epsilon {target}")
-            value -= 1
+                raise CalibrationInfeasible(target, f"at least the certified ε of one step, {achieved.value!r}")
+            # ε grows at least like √T, so T·(target/ε)² has ε below the target (one step down at the least)
+            ratio = target / achieved.value if math.isfinite(achieved.value) else 0.5
+            value = max(1, min(value - 1, math.floor(value * ratio * ratio)))
         else:
             excess = achieved.value / target - 1 if math.isfinite(achieved.value) else 1.0
             value = min(value * (1 + max(excess, tolerance)), SIGMA_CEILING)
@@ -154,7 +201,8 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
         event = make_event(value)
         achieved = epsilon(event, delta)
     if not achieved.value <= target:
-        raise CalibrationInfeasible(f"the certified epsilon {achieved.value} stays above the target {target}")
+        raise CalibrationInfeasible(target, f"an ε the certified accountant confirms near the float search's "
+                                            f"answer (it gave {achieved.value!r} at {parameter} = {value!r})")
     bracket = (bracket[0], value)
     return Calibration(
         parameter=parameter, value=value, bracket=bracket, target_epsilon=target, achieved=achieved,
@@ -170,7 +218,15 @@ def _search_noise(eps, target: float, interval, coarse, tol: float):
     both ends hold) and refined to `tol`."""
     coarse_eps = lambda s: eps(s, coarse)  # noqa: E731
     fine = lambda s: eps(s, interval)  # noqa: E731
-    lo, hi = _bracket(coarse_eps, target)
+
+    def reach(e_floor: float | None) -> str:
+        """The ε reachable with σ in [SIGMA_FLOOR, SIGMA_CEILING] (ε at the floor is known only when the search got
+        there: it is never evaluated for the message, since a small σ can be costly)."""
+        top = f"{e_floor!r}" if e_floor is not None else f"ε(noise = {SIGMA_FLOOR})"
+        return (f"[{coarse_eps(SIGMA_CEILING)!r}, {top}], the ε reachable with noise in [{SIGMA_FLOOR}, "
+                f"{SIGMA_CEILING:g}] (float PLD at interval {coarse!r})")
+
+    lo, hi = _bracket(coarse_eps, target, reach)
     lo, hi = _refine(coarse_eps, target, lo, coarse_eps(lo), hi, coarse_eps(hi), _COARSE_RESOLUTION * hi)
     width = _FINE_WINDOW * hi
     lo, hi = max(hi - width, SIGMA_FLOOR), hi + width
@@ -178,7 +234,7 @@ def _search_noise(eps, target: float, interval, coarse, tol: float):
         hi += width
         width *= 2
         if hi > SIGMA_CEILING:
-            raise CalibrationInfeasible(f"no sigma <= {SIGMA_CEILING} reaches epsilon {target}")
+            raise CalibrationInfeasible(target, reach(None))
     width = _FINE_WINDOW * hi
     while (e_lo := fine(lo)) <= target:
         if lo <= SIGMA_FLOOR:
@@ -192,16 +248,38 @@ def _search_noise(eps, target: float, interval, coarse, tol: float):
 
 
 def _search_steps(eps, target: float):
-    if eps(1) > target:
-        raise CalibrationInfeasible(f"one step already costs more than epsilon {target}")
-    good, bad = 1, 2
-    while eps(bad) <= target:
-        good, bad = bad, bad * 2
-        if bad > MAX_STEPS:
-            raise CalibrationInfeasible(f"more than {MAX_STEPS} steps fit in epsilon {target}")
+    """The largest T in [1, MAX_STEPS] with ε(T) ≤ target: doubling, then integer regula falsi on (log T, ε) with a
+    bisection step whenever the bracket fails to halve (ε(T) is smooth and increasing, so about ten evaluations
+    close a bracket of 10⁶)."""
+    e_one = eps(1)
+    if e_one > target:
+        raise CalibrationInfeasible(target, f"at least {e_one!r}, the ε of one step")
+    good, e_good, bad = 1, e_one, 2
+    while (e_bad := eps(bad)) <= target:
+        if bad == MAX_STEPS:
+            raise CalibrationInfeasible(target, f"[{e_one!r}, {e_bad!r}] (the ε of 1 to {MAX_STEPS} steps, the "
+                                                "largest number of steps the accountant takes)")
+        good, e_good, bad = bad, e_bad, min(2 * bad, MAX_STEPS)
     while bad - good > 1:
-        mid = (good + bad) // 2
-        good, bad = (mid, bad) if eps(mid) <= target else (good, mid)
+        width = bad - good
+        mid = good + 1
+        if math.isfinite(e_bad) and e_bad > e_good:    # interpolate ε linearly in log T
+            t = (target - e_good) / (e_bad - e_good)
+            mid = round(math.exp(math.log(good) + t * (math.log(bad) - math.log(good))))
+        mid = min(max(mid, good + 1), bad - 1)
+        for probe in (mid, mid + 1):     # the crossing usually lies between them: the bracket then closes
+            if not good < probe < bad:
+                continue
+            e = eps(probe)
+            if e <= target:
+                good, e_good = probe, e
+            else:
+                bad, e_bad = probe, e
+                break
+        if bad - good > width // 2 and bad - good > 1:
+            half = (good + bad) // 2
+            e = eps(half)
+            good, e_good, bad, e_bad = (half, e, bad, e_bad) if e <= target else (good, e_good, half, e)
     return good, (bad, good)
 
 
@@ -211,11 +289,11 @@ def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: fl
     """Smallest noise multiplier σ (to `sigma_tol`) whose float PLD ε at `interval` is at most `target_epsilon`,
     raised until the certified ε meets it (`calibrate` on the family σ ↦ PoissonGaussianEvent(q, σ, T); cached)."""
     q = v.sampling_rate("sampling_rate", sampling_rate)
-    T = v.count("steps", steps)
+    T = v.bounded_count("steps", steps, MAX_STEPS)
     delta = v.open_unit("delta", delta)
-    target = v.positive("epsilon", target_epsilon)
-    interval = v.positive("interval", interval)
-    coarse = v.positive("coarse", coarse)
+    target = _target(target_epsilon)
+    interval = check_interval("interval", interval)
+    coarse = check_interval("coarse", coarse)
     sigma_tol = v.positive("sigma_tol", sigma_tol)
     relation = NeighboringRelation.coerce(relation)
     key = (q, T, delta, target, interval, coarse, sigma_tol, relation, library_versions()["dp-accounting"])
@@ -228,22 +306,23 @@ def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: fl
     return _CACHE[key]
 
 
-def _bracket(eps, target: float) -> tuple[float, float]:
-    """(lo, hi) with eps(lo) > target >= eps(hi), by doubling/halving from σ = 1."""
+def _bracket(eps, target: float, reach) -> tuple[float, float]:
+    """(lo, hi) with eps(lo) > target >= eps(hi), by doubling/halving from σ = 1 inside [SIGMA_FLOOR,
+    SIGMA_CEILING]. Halving stops at the first σ above the target, so no evaluation sits far above it."""
     s = 1.0
     if eps(s) <= target:
         while s > SIGMA_FLOOR:
             s_next = max(s / 2, SIGMA_FLOOR)
-            if eps(s_next) > target:
+            if (e := eps(s_next)) > target:
                 return s_next, s
             s = s_next
-        raise CalibrationInfeasible(f"even sigma={SIGMA_FLOOR} meets epsilon {target}: target too loose")
+        raise CalibrationInfeasible(target, reach(e) + f": even noise {SIGMA_FLOOR} meets {target!r}")
     while s < SIGMA_CEILING:
-        s_next = s * 2
+        s_next = min(s * 2, SIGMA_CEILING)
         if eps(s_next) <= target:
             return s, s_next
         s = s_next
-    raise CalibrationInfeasible(f"no sigma <= {SIGMA_CEILING} reaches epsilon {target}")
+    raise CalibrationInfeasible(target, reach(None))
 
 
 def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
@@ -253,6 +332,8 @@ def _refine(eps, target, lo, e_lo, hi, e_hi, tol):
     it, so the loop ends in a few evaluations; a bisection step is forced whenever the bracket fails to halve.
     """
     while hi - lo > tol:
+        if not lo < 0.5 * (lo + hi) < hi:     # adjacent floats: no tolerance below float resolution is reachable
+            break
         width_before = hi - lo
         x = _crossing_estimate(lo, e_lo, hi, e_hi, target)
         guard = min(0.45 * tol, 0.25 * (hi - lo))
@@ -289,10 +370,10 @@ def calibrate_steps(sampling_rate, noise_multiplier, delta, target_epsilon, *,
                     interval: float = DEFAULT_INTERVAL) -> Calibration:
     """Largest T whose PLD ε at (q, σ, δ) is at most `target_epsilon` (`calibrate(..., parameter="steps")`)."""
     q = v.sampling_rate("sampling_rate", sampling_rate)
-    sigma = v.positive("noise_multiplier", noise_multiplier)
+    sigma = check_noise("noise_multiplier", noise_multiplier)
     delta = v.open_unit("delta", delta)
-    target = v.positive("epsilon", target_epsilon)
-    interval = v.positive("interval", interval)
+    target = _target(target_epsilon)
+    interval = check_interval("interval", interval)
     return calibrate(lambda t: PoissonGaussianEvent(q, sigma, t), target, delta, parameter="steps",
                      interval=interval,
                      inputs={"sampling_rate": q, "noise_multiplier": sigma, "delta": delta, "interval": interval})

@@ -32,20 +32,30 @@ from scipy.special import log_ndtr
 
 from privcheck import validation as v
 from privcheck.accounting import pld_certified
+from privcheck.accounting.gaussian import EPS_MAX
+from privcheck.accounting.pld_pairs import log_excess
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
-from privcheck.numerics.ball import ThresholdPredicate, normal_cdf, normal_sf
+from privcheck.numerics.ball import ThresholdPredicate, decide, normal_cdf, normal_sf
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate
 
-__all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "MECHANISM", "clear_caches", "composed_delta_quadrature",
-           "delta_single_float", "epsilon_pld", "epsilon_pld_certified", "epsilon_quadrature", "epsilon_rdp",
-           "epsilon_rdp_history", "epsilon_single_round_certified", "pld_epsilon_value", "pld_history_epsilon_value",
+__all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "FLOAT_PLD_DELTA_MIN", "INTERVAL_RANGE", "MECHANISM", "RDP_ORDERS_MAX",
+           "RDP_ORDER_MAX",
+           "check_interval", "clear_caches", "composed_delta_quadrature", "delta_single_float", "epsilon_pld",
+           "epsilon_pld_certified", "epsilon_quadrature", "epsilon_rdp", "epsilon_rdp_history",
+           "epsilon_single_round_certified", "pld_epsilon_value", "pld_history_epsilon_value",
            "single_round_delta_ball", "single_round_delta_integral"]
 
 MECHANISM = "poisson_subsampled_gaussian"
 DEFAULT_INTERVAL = 1e-4
+# The PLD lattice intervals accepted (float and certified): at 1e-5 one round of a moderate ε already takes 10⁶–10⁷
+# buckets (dp-accounting holds them all in memory; 1e-12 exhausts it); above 1 the lattice cannot resolve an ε.
+INTERVAL_RANGE = (1e-5, 1.0)
+# The float PLD (dp-accounting) truncates 1e-15 of the composed mass to +∞: below that δ its ε is inf, and close to it
+# the truncation dominates; searches that run on it (calibration) need δ ≥ this.
+FLOAT_PLD_DELTA_MIN = 1e-12
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024])
 
 
@@ -61,9 +71,22 @@ def _check_pld_signature() -> None:
 _check_pld_signature()
 
 
-def _validate(q, sigma, steps, delta):
-    return (v.sampling_rate("sampling_rate", q), v.positive("noise_multiplier", sigma),
-            v.count("steps", steps), v.open_unit("delta", delta))
+def check_interval(name: str, value) -> float:
+    """A PLD lattice interval in INTERVAL_RANGE."""
+    lo, hi = INTERVAL_RANGE
+    allowed = f"[{lo:g}, {hi:g}] (a PLD lattice interval)"
+    x = v.real(name, value, allowed)
+    if not lo <= x <= hi:
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
+def _validate(q, sigma, steps, delta, *, closed_form: bool = False):
+    """The accountants' common checks; σ in the certified PLD's NOISE_RANGE, or any σ > 0 for the closed-form Arb
+    methods of one round (`closed_form`), which need no lattice."""
+    check_sigma = v.positive if closed_form else pld_certified.check_noise
+    return (v.sampling_rate("sampling_rate", q), check_sigma("noise_multiplier", sigma),
+            v.bounded_count("steps", steps, pld_certified.MAX_STEPS), pld_certified.check_delta("delta", delta))
 
 
 # --- PLD (reported figure) ------------------------------------------------------------------------
@@ -81,16 +104,48 @@ _DP_RELATIONS = {"add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_O
                  "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE}
 
 
+# The float PLD holds every bucket in memory: a round of q = 1, σ = 0.1 at 1e-5 is 1.5·10⁷ of them, and 10⁶ such
+# rounds spread over 10⁹ (no answer in hours). Above this many predicted buckets it is not run (ε = inf, fail closed).
+FLOAT_PLD_MAX_BUCKETS = 1 << 24
+_TRUNCATION_Z = 9.9      # dp-accounting truncates each Gaussian at log mass −50: |x − mean| ≤ 9.9σ
+
+
+def _float_pld_buckets(q: float, sigma: float, steps: int, interval: float) -> float:
+    """A float estimate of the buckets dp-accounting's PLD of `steps` rounds holds: one round's loss range over the
+    truncated noise, and the composed window (±8 standard deviations of the summed loss, at most `steps` ranges),
+    both divided by the interval. Loss moments by a 4001-point trapezoid rule (only a size estimate)."""
+    x = np.linspace(-_TRUNCATION_Z * sigma, 1 + _TRUNCATION_Z * sigma, 4001)
+    with np.errstate(all="ignore"):
+        loss = np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, (2 * x - 1) / (2 * sigma * sigma) + math.log(q))
+        dens = (1 - q) * np.exp(-x * x / (2 * sigma * sigma)) + q * np.exp(-(x - 1) ** 2 / (2 * sigma * sigma))
+    w = dens / np.sum(dens)
+    mean = float(np.sum(w * loss))
+    std = math.sqrt(max(float(np.sum(w * (loss - mean) ** 2)), 0.0))
+    width = float(loss[-1] - loss[0])
+    return (width + min(steps * width, 16 * math.sqrt(steps) * std)) / interval
+
+
+def _check_float_pld_size(phases, interval: float) -> None:
+    buckets = sum(_float_pld_buckets(q, sigma, steps, interval) for q, sigma, steps in phases)
+    if not buckets <= FLOAT_PLD_MAX_BUCKETS:
+        raise ValueError(f"the float PLD would hold about {buckets:.3g} buckets at interval {interval!r} (at most "
+                         f"{FLOAT_PLD_MAX_BUCKETS}); use the certified PLD")
+
+
 @functools.lru_cache(maxsize=4096)
 def pld_epsilon_value(q: float, sigma: float, steps: int, delta: float, interval: float,
                       relation: str = "add_remove") -> float:
-    """The float PLD ε (pessimistic, connect-the-dots) of `steps` rounds; the fast path behind `epsilon`."""
+    """The float PLD ε (pessimistic, connect-the-dots) of `steps` rounds; the fast path behind `epsilon`.
+    ValueError where it would hold more than FLOAT_PLD_MAX_BUCKETS buckets."""
+    _check_float_pld_size(((q, sigma, steps),), interval)
     return float(_one_round_pld(q, sigma, interval, relation).self_compose(steps).get_epsilon_for_delta(delta))
 
 
 @functools.lru_cache(maxsize=1024)
 def pld_history_epsilon_value(phases: tuple, delta: float, interval: float, relation: str = "add_remove") -> float:
-    """PLD ε of phases ((q, σ, steps), ...) run one after the other: each phase's PLD self-composed, then composed."""
+    """PLD ε of phases ((q, σ, steps), ...) run one after the other: each phase's PLD self-composed, then composed.
+    ValueError where it would hold more than FLOAT_PLD_MAX_BUCKETS buckets."""
+    _check_float_pld_size(phases, interval)
     total = None
     for q, sigma, steps in phases:
         pld = _one_round_pld(q, sigma, interval, relation).self_compose(steps)
@@ -127,7 +182,7 @@ def epsilon_pld(sampling_rate, noise_multiplier, steps, delta, *,
     """dp-accounting's float PLD ε of T compositions (pessimistic, connect-the-dots): the cross-check
     "pld_float" beside the certified figure, and calibration's fast inner loop."""
     q, sigma, T, delta = _validate(sampling_rate, noise_multiplier, steps, delta)
-    interval = v.positive("interval", interval)
+    interval = check_interval("interval", interval)
     start = time.perf_counter()
     reason = None
     try:
@@ -163,10 +218,10 @@ def epsilon_pld_certified(phases, delta, *, relation: str = "add_remove", interv
     The record's `certified` holds [lower, upper] (lower from a dominated discretisation, upper from a dominating
     one, both composed with proven error bounds); `value` is the upper end. `interval` fixes the lattice (None:
     1e-4, refined while the gap exceeds `tolerance`). A numerical failure gives ε = inf with a reason."""
-    phases = tuple((*_validate(q, s, t, delta)[:3],) for q, s, t in phases)
-    delta = v.open_unit("delta", delta)
+    phases = pld_certified.check_phases(tuple((*_validate(q, s, t, delta)[:3],) for q, s, t in phases))
+    delta = pld_certified.check_delta("delta", delta)
     if interval is not None:
-        interval = v.positive("interval", interval)
+        interval = check_interval("interval", interval)
     tolerance = v.positive("tolerance", tolerance)
     start = time.perf_counter()
     reason, cert, details = None, None, {}
@@ -219,10 +274,21 @@ def _collect_excluded_orders():
         logger.removeFilter(flt)
 
 
+# RDP orders: dp-accounting's cost grows with the order (10⁴: 0.07 s, 10⁶: 5 s, 2^60: no answer in a minute,
+# 1e300: TypeError inside it) and with their number (10⁴ orders: 12 s); the defaults stop at 1024 (about 160 orders).
+RDP_ORDER_MAX = 10 ** 4
+RDP_ORDERS_MAX = 1000
+
+
 def _rdp_record(phases, delta: float, orders, inputs: dict, mechanism: str) -> AccountingRecord:
-    orders = tuple(orders)
-    if not orders or not all(isinstance(o, (int, float)) and math.isfinite(o) and o > 1 for o in orders):
-        raise InvalidParameter("orders", orders, "a non-empty sequence of finite orders > 1")
+    allowed = f"a sequence of 1 to {RDP_ORDERS_MAX} orders in (1, {RDP_ORDER_MAX}]"
+    try:
+        orders = tuple(orders)
+    except TypeError:
+        raise InvalidParameter("orders", orders, allowed) from None
+    if not 1 <= len(orders) <= RDP_ORDERS_MAX or not all(
+            isinstance(o, (int, float)) and not isinstance(o, bool) and 1 < o <= RDP_ORDER_MAX for o in orders):
+        raise InvalidParameter("orders", orders, allowed)
     start = time.perf_counter()
     acc = rdp.RdpAccountant(orders=list(orders),
                             neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
@@ -255,8 +321,8 @@ def epsilon_rdp(sampling_rate, noise_multiplier, steps, delta, *, orders=DEFAULT
 
 def epsilon_rdp_history(phases, delta, *, orders=DEFAULT_ORDERS) -> AccountingRecord:
     """RDP ε of phases ((q, σ, steps), ...) run one after the other (cross-check of the history's PLD)."""
-    phases = [(*_validate(q, s, t, delta)[:3],) for q, s, t in phases]
-    delta = v.open_unit("delta", delta)
+    phases = pld_certified.check_phases(tuple((*_validate(q, s, t, delta)[:3],) for q, s, t in phases))
+    delta = pld_certified.check_delta("delta", delta)
     return _rdp_record(phases, delta, orders,
                        {"phases": [{"sampling_rate": q, "noise_multiplier": s, "steps": t} for q, s, t in phases],
                         "delta": delta}, MECHANISM + "_history")
@@ -266,12 +332,12 @@ def epsilon_rdp_history(phases, delta, *, orders=DEFAULT_ORDERS) -> AccountingRe
 
 def _crossing(level: arb, q: arb, s: arb) -> arb:
     """x with log(1 − q + q·e^{(2x−1)/(2σ²)}) = level (the privacy-loss crossing point)."""
-    return s * s * ((level.exp() - 1 + q) / q).log() + arb(1) / 2
+    return s * s * (log_excess(level, q) - q.log()) + arb(1) / 2
 
 
 def single_round_delta_ball(q: float, sigma: float, epsilon: float) -> arb:
     """Exact δ_{q,σ,1}(ε) in closed form (both directions), as an Arb ball at the working precision."""
-    q, sigma, _, _ = _validate(q, sigma, 1, 0.5)
+    q, sigma, _, _ = _validate(q, sigma, 1, 0.5, closed_form=True)
     epsilon = v.nonnegative("epsilon", epsilon)
     qa, s, e = arb(q), arb(sigma), arb(epsilon)
     alpha = e.exp()
@@ -295,7 +361,7 @@ def single_round_delta_integral(q: float, sigma: float, epsilon: float, *, prec:
     and |a − αb| ≤ (1 + α)/(σ√(2π)), moving the endpoint costs at most |c − x*|·(1 + α)/(σ√(2π)). Tails
     beyond ±40σ are bounded by the Mills inequality Φ̄(t) ≤ φ(t)/t.
     """
-    q, sigma, _, _ = _validate(q, sigma, 1, 0.5)
+    q, sigma, _, _ = _validate(q, sigma, 1, 0.5, closed_form=True)
     epsilon = v.nonnegative("epsilon", epsilon)
     with ctx.workprec(prec):
         qa, s, e = arb(q), arb(sigma), arb(epsilon)
@@ -336,7 +402,11 @@ def single_round_delta_integral(q: float, sigma: float, epsilon: float, *, prec:
 
 def epsilon_single_round_certified(sampling_rate, noise_multiplier, delta) -> AccountingRecord:
     """Exact ε for one round (T = 1), certified: δ_{q,σ,1}(ε) ≤ δ decided in Arb at the reported ε."""
-    q, sigma, _, delta = _validate(sampling_rate, noise_multiplier, 1, delta)
+    q, sigma, _, delta = _validate(sampling_rate, noise_multiplier, 1, delta, closed_form=True)
+    ok, _, _ = decide(lambda: single_round_delta_ball(q, sigma, EPS_MAX), delta)
+    if ok is not True:   # ε* > EPS_MAX: the search domain holds no answer (decided before any search)
+        raise InvalidParameter("noise_multiplier", sigma, f"a noise multiplier whose exact ε at delta={delta!r} is at "
+                               f"most {EPS_MAX:g} (at sampling_rate={q!r} this one exceeds it)")
     start = time.perf_counter()
     holds = ThresholdPredicate(lambda e: single_round_delta_ball(q, sigma, e), delta)
     est = _epsilon_from_delta_fn(lambda e: delta_single_float(q, sigma, e, "ab"), delta)
@@ -344,7 +414,7 @@ def epsilon_single_round_certified(sampling_rate, noise_multiplier, delta) -> Ac
         cert = Certified.from_bracket(0.0, 0.0, "closed_form_arb", holds.precision_bits)
         evals = 1
     else:
-        br = certified_crossing(holds, est, domain=(0.0, 1e4), increasing=True)
+        br = certified_crossing(holds, est, domain=(0.0, EPS_MAX), increasing=True)
         cert = Certified.from_bracket(br.fails_end, br.holds_end, "closed_form_arb", holds.precision_bits)
         evals = br.evaluations + 1
     return AccountingRecord(

@@ -24,8 +24,14 @@ from typing import Any, ClassVar
 import dp_accounting
 
 from privcheck import validation as v
-from privcheck.accounting.gaussian_selection import range_sensitivity, score_range
-from privcheck.accounting.selection import PrivITPParams, sensitivity_and_range
+from privcheck.accounting.gaussian_selection import COUNT_MAX, range_sensitivity, score_range
+from privcheck.accounting.pld_certified import MAX_STEPS, check_phases
+from privcheck.accounting.selection import (
+    MAX_CANDIDATES,
+    PrivITPParams,
+    check_privbon_sigma,
+    sensitivity_and_range,
+)
 from privcheck.errors import InvalidParameter
 
 __all__ = [
@@ -121,8 +127,9 @@ class PoissonGaussianEvent(Event):
 
     def __post_init__(self):
         _set(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
+        # any σ > 0 describes a mechanism; the accountants' σ range (NOISE_RANGE) is checked when ε is computed
         _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
-        _set(self, "steps", v.count("steps", self.steps))
+        _set(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
         relation = NeighboringRelation.coerce(self.relation)
         if relation is NeighboringRelation.SCORE_SENSITIVITY:
             raise InvalidParameter("relation", relation.value, "'add_remove' or 'replace_one'")
@@ -155,6 +162,7 @@ class CompositionHistory(Event):
             else:
                 raise InvalidParameter(f"phases[{i}]", p, "a PoissonGaussianEvent or (noise_multiplier, "
                                                           "sampling_rate, steps)")
+        check_phases(tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in converted))
         if len({p.relation for p in converted}) != 1:
             raise InvalidParameter("phases", [p.relation.value for p in converted], "one relation for all phases")
         _set(self, "phases", tuple(converted))
@@ -218,13 +226,13 @@ class PrivBoNEvent(Event):
     def __post_init__(self):
         if self.mode not in ("exact", "nominal"):
             raise InvalidParameter("mode", self.mode, "'exact' or 'nominal'")
-        _set(self, "sigma", v.positive("sigma", self.sigma))
         sensitivity, r_lo, r_hi = sensitivity_and_range(self.sensitivity, self.r_lo, self.r_max)
+        _set(self, "sigma", check_privbon_sigma(self.sigma, sensitivity))
         _set(self, "sensitivity", sensitivity)
         _set(self, "r_lo", float(r_lo))
         _set(self, "r_max", r_hi)
         if self.candidates is not None:
-            _set(self, "candidates", v.count("candidates", self.candidates))
+            _set(self, "candidates", v.bounded_count("candidates", self.candidates, MAX_CANDIDATES))
             if r_hi is None:
                 raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
 
@@ -248,10 +256,10 @@ def _params(value) -> PrivITPParams:
 def _halting_time(t, n: int):
     if t is None:
         return None
-    t = v.count("halting_time", t)
-    if t > n:
-        raise InvalidParameter("halting_time", t, f"1..{n} (or None for the fallback)")
-    return t
+    try:
+        return v.bounded_count("halting_time", t, n)
+    except InvalidParameter:
+        raise InvalidParameter("halting_time", t, f"an integer in [1, {n}] (or None for the fallback)") from None
 
 
 @dataclass(frozen=True)
@@ -297,7 +305,7 @@ class PrivITPWorstCaseEvent(Event):
     def __post_init__(self):
         _set(self, "params", _params(self.params))
         _set(self, "lambda_tilde", v.finite("lambda_tilde", self.lambda_tilde))
-        _set(self, "rounds", v.count("rounds", self.rounds))
+        _set(self, "rounds", v.bounded_count("rounds", self.rounds, self.params.candidates))
 
 
 @dataclass(frozen=True)
@@ -313,7 +321,7 @@ class GaussianReportNoisyMaxEvent(Event):
     needs_delta: ClassVar[bool] = False
 
     def __post_init__(self):
-        _set(self, "queries", v.count("queries", self.queries))
+        _set(self, "queries", v.bounded_count("queries", self.queries, COUNT_MAX))
         _set(self, "sigma", v.positive("sigma", self.sigma))
         _set_scores(self)
 
@@ -334,7 +342,7 @@ class GaussianAboveThresholdEvent(Event):
     needs_delta: ClassVar[bool] = False
 
     def __post_init__(self):
-        _set(self, "halting_time", v.count("halting_time", self.halting_time))
+        _set(self, "halting_time", v.bounded_count("halting_time", self.halting_time, COUNT_MAX))
         _set(self, "threshold", v.finite("threshold", self.threshold))
         _set(self, "sigma_threshold", v.positive("sigma_threshold", self.sigma_threshold))
         _set(self, "sigma_query", v.positive("sigma_query", self.sigma_query))

@@ -21,14 +21,17 @@ from privcheck import validation as v
 from privcheck.accounting.accountant import epsilon
 from privcheck.accounting.calibration import Calibration, calibrate_sigma
 from privcheck.accounting.events import NeighboringRelation, PoissonGaussianEvent
+from privcheck.accounting.pld_certified import MAX_STEPS
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CalibrationMismatch, InvalidParameter
 
-__all__ = ["DPGRPOPlan", "DPSGDPlan", "PRIVACY_FIELDS"]
+__all__ = ["DPGRPOPlan", "DPSGDPlan", "MAX_RECORDS", "PRIVACY_FIELDS"]
 
 PRIVACY_FIELDS = ("records", "sampling_rate", "noise_multiplier", "clip_norm", "steps", "delta", "canaries",
                   "relation")
 ACCOUNTANT = "privcheck.accounting.epsilon (PLD, dp-accounting, pessimistic)"
+# n + m_c at most 2^53, the integers a float holds exactly: the public divisor q·(n + m_c) is a float.
+MAX_RECORDS = 2 ** 53
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,13 @@ class DPSGDPlan:
 
     def __post_init__(self):
         s = object.__setattr__
-        s(self, "records", v.count("records", self.records))
+        s(self, "records", v.bounded_count("records", self.records, MAX_RECORDS))
         s(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
         s(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
         s(self, "clip_norm", v.positive("clip_norm", self.clip_norm))
-        s(self, "steps", v.count("steps", self.steps))
+        s(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
         s(self, "delta", v.open_unit("delta", self.delta))
-        s(self, "canaries", v.count("canaries", self.canaries, minimum=0))
+        s(self, "canaries", v.bounded_count("canaries", self.canaries, MAX_RECORDS - self.records, minimum=0))
         relation = NeighboringRelation.coerce(self.relation)
         if relation is NeighboringRelation.SCORE_SENSITIVITY:
             raise InvalidParameter("relation", relation.value, "'add_remove' or 'replace_one'")

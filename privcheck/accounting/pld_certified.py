@@ -41,7 +41,8 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
-__all__ = ["DEFAULT_TOLERANCE", "MAX_LOG2_FFT", "PLDBounds", "certified_epsilon", "certified_epsilons"]
+__all__ = ["DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT", "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds",
+           "certified_epsilon", "certified_epsilons", "check_delta", "check_noise", "check_phases"]
 
 DEFAULT_TOLERANCE = 1e-3
 DEFAULT_START_INTERVAL = 1e-4
@@ -55,6 +56,19 @@ _WINDOW_STDS = 12.0
 _MAX_WIDTH_LOG2 = 12
 _GAP_CONSTANT = 0.2
 _COARSE_ESTIMATE_LOG2 = 6     # the float estimate of ε behind the tilt: lattice at most 64·h
+
+# What the certified PLD can use (docs/accounting.md, "Legal ranges"): at most MAX_STEPS rounds per phase and in
+# total, and at most MAX_PHASES phases. Measured on a 2-core CPU: 10⁶ rounds take 10–35 s; at 10⁷ the float
+# T-th powers of the spectra overflow (ε = inf) or the enclosure widens 100-fold. Each phase costs one
+# discretisation and one FFT (≈ 0.7 s): 100 phases take 1–1.5 min.
+MAX_STEPS = 10 ** 6
+MAX_PHASES = 100
+# The smallest δ: at 1e-80 the tilted composed sums overflow floats (ε = inf) for q = 0.01, σ = 1, T = 100; down to
+# 1e-60 every configuration tried was certified in seconds. 1e-50 leaves a margin (and no one asks for less).
+DELTA_MIN = 1e-50
+# The noise multipliers: below 0.1 one round's loss spans thousands and the certified PLD fails or widens (q = 1,
+# σ = 0.01: no enclosure; q = 1e-6, σ = 0.01, T = 10: [0, 6711] where ε ≈ 0), above 10⁸ ε is 0 to the lattice.
+NOISE_RANGE = (0.1, 1e8)
 
 
 @dataclass(frozen=True)
@@ -620,9 +634,9 @@ def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str, memo: d
             return _solve_segments(c, s, float(s[j]), j, lam, log_zT, delta, h, extra, side, memo)
         except _Outside as out:
             if str(out) == "above" or j <= 1:
-                raise CertificationError("the crossing lies outside the composed window") from None
+                raise _WindowMissed("the crossing lies outside the composed window") from None
             j = max(1, j - max(1, int(500.0 / max(lam * h, 1e-300))))
-    raise CertificationError("the crossing lies outside the composed window")
+    raise _WindowMissed("the crossing lies outside the composed window")
 
 
 def _suffix_sums(c, s, i0: int, lam: float, h: float):
@@ -908,10 +922,8 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
     support_hi = sum(T * kt for T, (_, kt, _) in zip(steps, ranges))
     lo_idx = max(math.floor((span_lo - _WINDOW_STDS * std) / h), support_lo)
     hi_idx = min(math.ceil((span_hi + _WINDOW_STDS * std) / h), support_hi)
-    N = 1 << max(10, math.ceil(math.log2(hi_idx - lo_idx + 64)))
-    if N > (1 << max_log2):
-        raise _TooFine(N)
-    j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
+    if _fft_length(hi_idx - lo_idx) > (1 << max_log2):
+        raise _TooFine(_fft_length(hi_idx - lo_idx))
     beta = 1.0
     predicted = _predicted_gap(cells, lam, h, beta)
     while beta > 1e-40 and predicted > budget:
@@ -920,6 +932,26 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
             break
         beta, predicted = beta / 8, finer
     rounds = [_discretise(pair, T, h, lam, kb, kt, lc, beta) for pair, T, (kb, kt, lc) in zip(pairs, steps, ranges)]
+    try:
+        return _compose_and_solve(rounds, deltas, lam, h, beta, lo_idx, hi_idx, support_lo)
+    except _WindowMissed:
+        # the Chernoff bound on the mass above the window can exceed δ where wide buckets put a small mass far above
+        # it (rare sampling, e.g. q = 1e-6, σ = 0.1): compose the whole support instead, when it fits
+        if (lo_idx, hi_idx) == (support_lo, support_hi) or _fft_length(support_hi - support_lo) > (1 << max_log2):
+            raise
+        return _compose_and_solve(rounds, deltas, lam, h, beta, support_lo, support_hi, support_lo)
+
+
+def _fft_length(width: int) -> int:
+    """The FFT length holding a window of `width` lattice steps (with a margin of 64)."""
+    return 1 << max(10, math.ceil(math.log2(width + 64)))
+
+
+def _compose_and_solve(rounds: list[_Round], deltas, lam: float, h: float, beta: float, lo_idx: int, hi_idx: int,
+                       support_lo: int) -> tuple[list[tuple[float, float]], dict]:
+    """Compose the rounds on the window [lo_idx, hi_idx] and solve ε at every δ (steps 2 and 3)."""
+    N = _fft_length(hi_idx - lo_idx)
+    j0 = lo_idx - 32 if lo_idx > support_lo else lo_idx
     g = _sublattice(rounds, N)
     cU, cL, E = _compose(rounds, N, j0, g)
     with ctx.workprec(PREC):
@@ -947,6 +979,10 @@ class _TooFine(Exception):
     pass
 
 
+class _WindowMissed(CertificationError):
+    """The crossing lies outside the composed window (`_direction` then tries the whole support)."""
+
+
 class _Outside(Exception):
     """The crossing lies outside the part of the window the sums covered."""
 
@@ -968,11 +1004,9 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     grid is refined until every gap meets `tolerance`."""
     if relation not in ("add_remove", "replace_one"):
         raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
-    phases = tuple((v.sampling_rate("sampling_rate", q), v.positive("noise_multiplier", s), v.count("steps", t))
-                   for q, s, t in phases)
-    if not phases:
-        raise InvalidParameter("phases", phases, "at least one (sampling_rate, noise_multiplier, steps)")
-    deltas = tuple(v.open_unit("delta", d) for d in deltas)
+    phases = check_phases(tuple((v.sampling_rate("sampling_rate", q), check_noise("noise_multiplier", s),
+                                 v.bounded_count("steps", t, MAX_STEPS)) for q, s, t in phases))
+    deltas = tuple(check_delta("delta", d) for d in deltas)
     if not deltas:
         raise InvalidParameter("deltas", deltas, "at least one δ in (0, 1)")
     if interval is not None:
@@ -1020,6 +1054,36 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
                    "directions": infos, "wall_time_s": wall}
         out.append(PLDBounds(lower=lower, upper=upper, interval=h_used, details=details))
     return tuple(out)
+
+
+def check_noise(name: str, value) -> float:
+    """A noise multiplier σ in NOISE_RANGE."""
+    lo, hi = NOISE_RANGE
+    allowed = f"[{lo:g}, {hi:g}]"
+    x = v.real(name, value, allowed)
+    if not lo <= x <= hi:
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
+def check_delta(name: str, value) -> float:
+    """δ in [DELTA_MIN, 1)."""
+    allowed = f"[{DELTA_MIN:g}, 1)"
+    x = v.real(name, value, allowed)
+    if not DELTA_MIN <= x < 1:
+        raise InvalidParameter(name, value, allowed)
+    return x
+
+
+def check_phases(phases: tuple) -> tuple:
+    """Refuse a history the certified PLD cannot compose in minutes: no phase, more than MAX_PHASES phases, or more
+    than MAX_STEPS rounds in total (the steps of each (q, σ, steps) phase are validated by the caller)."""
+    if not 1 <= len(phases) <= MAX_PHASES:
+        raise InvalidParameter("phases", f"{len(phases)} phases", f"1 to {MAX_PHASES} phases")
+    total = sum(p[2] for p in phases)
+    if total > MAX_STEPS:
+        raise InvalidParameter("steps", total, f"at most {MAX_STEPS} rounds in total over the phases")
+    return phases
 
 
 def _start_interval(phases) -> float:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -39,16 +40,21 @@ from privcheck import validation as v
 from privcheck.accounting.gaussian import gaussian_epsilon
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
-from privcheck.numerics.ball import MAX_PREC, REL_TOL, START_PREC, ThresholdPredicate, evaluate
+from privcheck.numerics.ball import MAX_PREC, REL_TOL, START_PREC, ThresholdPredicate, erfc, evaluate
 from privcheck.numerics.bracket import certified_crossing
 from privcheck.numerics.certified import Certified, float_up
 
-__all__ = ["ABS_RADIUS_LOG2", "EX_POST_NEIGHBORING", "KappaPair", "PRIVITP_SCALE", "PrivITPParams",
-    "kappa_midpoint_float", "privbon_epsilon", "privbon_sigma", "privitp_check_range", "privitp_kappa",
+__all__ = ["ABS_RADIUS_LOG2", "EX_POST_NEIGHBORING", "KappaPair", "MAX_CANDIDATES", "PRIVITP_SCALE", "PrivITPParams",
+    "check_privbon_sigma", "kappa_midpoint_float", "privbon_epsilon", "privbon_sigma", "privitp_check_range",
+    "privitp_kappa",
     "privitp_kappa_batch", "privitp_loss", "privitp_loss_batch", "privitp_phase1_epsilon", "privitp_worst_phase2",
     "sensitivity_and_range"]
 
 EX_POST_NEIGHBORING = "score_sensitivity"  # NeighboringRelation.SCORE_SENSITIVITY: enters only through Δ
+# The largest number of candidates n (PrivBoN, PrivITP per phase): 2^53, the integers a float holds exactly (n is
+# written into records next to floats and enters ε as the ball n − 1 or n·κ); the certified closed forms take any
+# n in microseconds, and a mechanism holds n scores per prompt in memory long before that.
+MAX_CANDIDATES = 2 ** 53
 
 
 def _score_range(r_lo, r_hi) -> tuple[float, float]:
@@ -91,6 +97,17 @@ def _certify(compute, *, rel_tol: float = REL_TOL, max_prec: int = MAX_PREC) -> 
                              f"at {max_prec} bits")
 
 
+def check_privbon_sigma(sigma, sensitivity: float) -> float:
+    """σ > 0 with 2Δ/σ (the nominal ε, and a bound on ε_BoN) at most the largest float, compared exactly."""
+    sigma = v.positive("sigma", sigma)
+    if 2 * Fraction(sensitivity) > Fraction(sys.float_info.max) * Fraction(sigma):
+        with ctx.workprec(64):
+            low = float_up(2 * arb(sensitivity) / arb(sys.float_info.max))
+        raise InvalidParameter("sigma", sigma, f"[{low!r}, inf) at sensitivity={sensitivity!r} (the ε = 2Δ/σ must be "
+                                               "a float)")
+    return sigma
+
+
 def sensitivity_and_range(sensitivity, r_lo, r_max) -> tuple[float, float, float | None]:
     """Validate Δ, against the score range when one is given (r_max None: no range, r_hi None)."""
     if r_max is None:
@@ -123,9 +140,9 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
     otherwise (or with mode "nominal") the nominal 2Δ/σ. Both are valid upper bounds."""
     if mode not in ("exact", "nominal"):
         raise InvalidParameter("mode", mode, "'exact' or 'nominal'")
-    sigma = v.positive("sigma", sigma)
     start = time.perf_counter()
     sensitivity, r_lo, r_hi = sensitivity_and_range(sensitivity, r_lo, r_max)
+    sigma = check_privbon_sigma(sigma, sensitivity)
     nominal_ball, p0 = evaluate(lambda: 2 * arb(sensitivity) / arb(sigma))
     nominal = Certified.from_ball(nominal_ball, "arb", p0)
     inputs = {"sensitivity": sensitivity, "sigma": sigma, "mode": mode}
@@ -133,7 +150,7 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
     cert = nominal
     method = "exponential_mechanism_nominal"
     if candidates is not None:
-        n = v.count("candidates", candidates)
+        n = v.bounded_count("candidates", candidates, MAX_CANDIDATES)
         inputs["candidates"] = n
         if r_max is None:
             raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
@@ -156,6 +173,9 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
     epsilon = v.positive("epsilon", epsilon)
     start = time.perf_counter()
     sensitivity, r_lo, r_hi = sensitivity_and_range(sensitivity, r_lo, r_max)
+    if 2 * Fraction(sensitivity) > Fraction(sys.float_info.max) * Fraction(epsilon):
+        raise InvalidParameter("epsilon", epsilon, f"[{2 * sensitivity / sys.float_info.max!r}, inf) at sensitivity="
+                                                   f"{sensitivity!r} (the σ = 2Δ/ε must be a float)")
     ball, prec = evaluate(lambda: 2 * arb(sensitivity) / arb(epsilon))
     nominal = float_up(ball)  # σ ≥ 2Δ/ε ⇔ 2Δ/σ ≤ ε: round up
     cert = Certified.from_ball(ball, "arb", prec)
@@ -164,7 +184,7 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
     if tight:
         if candidates is None or r_max is None:
             raise InvalidParameter("candidates", candidates, "an integer >= 1 (with r_max) for tight calibration")
-        n = v.count("candidates", candidates)
+        n = v.bounded_count("candidates", candidates, MAX_CANDIDATES)
         inputs.update(candidates=n, r_lo=r_lo, r_max=r_hi)
         holds = ThresholdPredicate(lambda s: _bon_ball(n, r_lo, r_hi, sensitivity, s), epsilon)
         br = certified_crossing(holds, nominal, domain=(nominal * 1e-6, nominal), increasing=True)
@@ -195,7 +215,7 @@ class PrivITPParams:
     def __post_init__(self):
         r_lo, r_hi = _score_range(self.r_lo, self.r_max)
         set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
-        set_("candidates", v.count("candidates", self.candidates))
+        set_("candidates", v.bounded_count("candidates", self.candidates, MAX_CANDIDATES))
         set_("beta", v.positive("beta", self.beta))
         set_("sigma_x", v.positive("sigma_x", self.sigma_x))
         set_("sigma_z", v.positive("sigma_z", self.sigma_z))
@@ -272,15 +292,6 @@ def _rounding_bucket(params: PrivITPParams, lambda_abs: float) -> int:
     return math.frexp(_ROUNDING * scale)[1]          # _ROUNDING·scale ≤ 2^e, exactly
 
 
-def _erfc(t: arb) -> arb:
-    """erfc over a ball through its exact endpoints (erfc is decreasing). Arb's erfc of an *inexact* argument
-    far in the tail returns a ball containing 0 at every precision (observed: t ≈ 1.2e8 at 1024 bits), while
-    its erfc of an exact point is accurate; the PrivITP arguments reach |t| ≈ 2^128 inside the legal range."""
-    if t.rad() == 0:
-        return t.erfc()
-    return t.upper().erfc().union(t.lower().erfc())
-
-
 def _gauss_G(u: arb) -> arb:
     """G(u) = uΦ(u) + φ(u) (G′ = Φ > 0, so a wide ball maps through its endpoints); for u < 0 as
     φ(v)(1 − v·Φ̄(v)/φ(v)), v = −u, whose cancellation (≈ 1/v²) the precision loop absorbs."""
@@ -297,10 +308,10 @@ def _gauss_G_exact(u: arb) -> arb:
         _G_CONSTANTS[ctx.prec] = (arb(2).sqrt(), 1 / (2 * arb.pi()).sqrt())
     root2, inv_root_2pi = _G_CONSTANTS[ctx.prec]
     if u >= 0:
-        return u * _erfc(-u / root2) / 2 + (-(u * u) / 2).exp() * inv_root_2pi
+        return u * erfc(-u / root2) / 2 + (-(u * u) / 2).exp() * inv_root_2pi
     v = -u
     pdf = (-(v * v) / 2).exp() * inv_root_2pi
-    return pdf * (1 - v * ((_erfc(v / root2) / 2) / pdf))
+    return pdf * (1 - v * ((erfc(v / root2) / 2) / pdf))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -432,7 +443,7 @@ def privitp_kappa_batch(params: PrivITPParams, lambda_tildes, *,
     53 bits), or the cell misses its tolerance — get the per-value `privitp_kappa` upper end instead. Legal
     input: `privitp_check_range` for every value; results are cached per (params, cell).
     """
-    lts = np.asarray(lambda_tildes, dtype=np.float64)
+    lts = v.real_array("lambda_tildes", lambda_tildes)
     if lts.ndim != 1 or not np.all(np.isfinite(lts)):
         raise InvalidParameter("lambda_tildes", "array", "a 1-D array of finite reals")
     if isinstance(log2_step, bool) or not isinstance(log2_step, int) or not -40 <= log2_step <= 0:
@@ -501,7 +512,9 @@ def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
                        log2_step: int | None = None) -> list[AccountingRecord]:
     """`privitp_loss` for many queries. With `log2_step`, κ and κ_acc come from the monotone-cell batch
     (`privitp_kappa_batch`, slightly conservative, much faster); otherwise each query is exact."""
-    lts = np.asarray(lambda_tildes, dtype=np.float64)
+    lts = v.real_array("lambda_tildes", lambda_tildes)
+    if lts.ndim != 1:
+        raise InvalidParameter("lambda_tildes", f"array of shape {lts.shape}", "a 1-D array of finite reals")
     ts = list(halting_times)
     if len(ts) != lts.shape[0]:
         raise InvalidParameter("halting_times", len(ts), f"one per lambda_tilde ({lts.shape[0]})")
@@ -539,7 +552,8 @@ def privitp_loss_batch(params: PrivITPParams, lambda_tildes, halting_times, *,
 def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int) -> float:
     """Certified upper bound on the largest Phase-2 loss when the loop is capped at `rounds`:
     (rounds − 1)·κ + max(κ_acc, κ) (acceptance at the last round, or the fallback at rounds·κ)."""
-    rounds = v.count("rounds", rounds)
+    privitp_check_range(params, lambda_tilde)
+    rounds = v.bounded_count("rounds", rounds, params.candidates)   # the loop holds n candidates at most
     pair = privitp_kappa(params, lambda_tilde)
     ball = arb(rounds - 1) * pair.kappa_ball + pair.kappa_acc_ball.max(pair.kappa_ball)
     return float_up(ball)

@@ -13,8 +13,8 @@ from flint import arb, ctx
 
 from privcheck.errors import CertificationError
 
-__all__ = ["MAX_PREC", "REL_TOL", "START_PREC", "ThresholdPredicate", "decide", "evaluate", "evaluate_all", "gauss_G",
-           "log_diff_exp", "log_gauss_G", "log_normal_cdf", "normal_cdf", "normal_pdf", "normal_sf"]
+__all__ = ["MAX_PREC", "REL_TOL", "START_PREC", "ThresholdPredicate", "decide", "erfc", "evaluate", "evaluate_all",
+           "gauss_G", "log_diff_exp", "log_gauss_G", "log_normal_cdf", "normal_cdf", "normal_pdf", "normal_sf"]
 
 START_PREC = 64
 MAX_PREC = 8192
@@ -91,14 +91,38 @@ def _sqrt2() -> arb:
     return _constants()[0]
 
 
+def erfc(t: arb) -> arb:
+    """erfc over the ball t, through its exact endpoints (erfc is decreasing).
+
+    Arb's erfc of an inexact argument far in the tail (t ≈ 7·10⁷ with a radius of rounding size, at every precision
+    up to 4096 bits) returns a ball holding 0, so no precision certifies a ratio or a logarithm of it; and of a wide
+    argument it returns a ball reaching below 0 and above 2. At an exact point Arb's erfc has full relative
+    accuracy (no underflow), so the union of the two endpoint values is a tight enclosure of the exact range.
+    """
+    if t.rad() == 0:
+        return t.erfc()
+    return t.upper().erfc().union(t.lower().erfc())
+
+
+def _nonnegative(p: arb) -> arb:
+    """A probability's enclosure without its part below 0 (x ↦ x⁺ keeps every point ≥ 0, so the exact value stays
+    inside; the lower end becomes exactly 0)."""
+    return p if p >= 0 else p.nonnegative_part()
+
+
 def normal_cdf(u: arb) -> arb:
-    """Φ(u) = erfc(−u/√2)/2 (accurate in both tails; Arb has no underflow)."""
-    return (-u / _sqrt2()).erfc() / 2
+    """Φ(u) = erfc(−u/√2)/2 (accurate in both tails; Arb has no underflow).
+
+    The enclosure is that of the exact range {Φ(x) : x ∈ u} (`erfc` maps the endpoints), never below 0, and above
+    1 by at most a radius rounding (a midpoint-radius ball cannot end exactly at 1 − 10⁻³⁵⁰). Its lower end is 0
+    only where the exact range is wider than a ball with a 30-bit radius can express (e.g. [Φ(−41), Φ(−39)]).
+    """
+    return _nonnegative(erfc(-u / _sqrt2()) / 2)
 
 
 def normal_sf(u: arb) -> arb:
-    """Φ̄(u) = 1 − Φ(u) = erfc(u/√2)/2."""
-    return (u / _sqrt2()).erfc() / 2
+    """Φ̄(u) = 1 − Φ(u) = erfc(u/√2)/2 (enclosure as in `normal_cdf`)."""
+    return _nonnegative(erfc(u / _sqrt2()) / 2)
 
 
 def normal_pdf(u: arb) -> arb:

@@ -19,7 +19,10 @@ BAD = {
     "steps": [0, -3, 2.5, NAN, INF, "10", True, 1.0000001],
     "delta": [0, 0.0, 1, 1.0, 2, -1e-5, NAN, INF, "1e-5"],
     "target": [0, 0.0, -1.0, NAN, INF, -INF],
-    "k": [0, -2, 1.5, NAN, INF, True, "2"],
+    "k": [0, -2, 1.5, NAN, INF, True, "2", 2**53 + 1, 10**30],
+    # conversions accept ε = 0 and δ = 0 (pure DP): (0, δ) and (ε, 0) convert by the same formulas
+    "conversion_epsilon": [-1.0, -1e-300, NAN, INF, -INF, "1.0", True, None],
+    "conversion_delta": [1, 1.0, 2, -1e-5, NAN, INF, "1e-5", None],
 }
 
 # function → (positional defaults (valid and cheap), keyword defaults, {index or keyword: (library name, kind)})
@@ -53,8 +56,9 @@ FUNCTIONS = {
     "gdp_to_dp": (acc.gdp_to_dp, (1.0, 1e-5), {}, {0: ("mu", "positive"), 1: ("delta", "delta")}),
     "dp_to_gdp": (acc.dp_to_gdp, (1.0, 1e-5), {}, {0: ("epsilon", "target"), 1: ("delta", "delta")}),
     "group_privacy": (acc.group_privacy, (1.0, 1e-5, 2), {},
-                      {0: ("epsilon", "target"), 1: ("delta", "delta"), 2: ("k", "k")}),
-    "replace_one": (acc.replace_one, (1.0, 1e-5), {}, {0: ("epsilon", "target"), 1: ("delta", "delta")}),
+                      {0: ("epsilon", "conversion_epsilon"), 1: ("delta", "conversion_delta"), 2: ("k", "k")}),
+    "replace_one": (acc.replace_one, (1.0, 1e-5), {},
+                    {0: ("epsilon", "conversion_epsilon"), 1: ("delta", "conversion_delta")}),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import dp_accounting
+import mpmath
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from privcheck.accounting import Calibration, CalibrationInfeasible, calibrate_sigma, calibrate_steps
 from privcheck.accounting.calibration import SEARCH_INTERVAL
+from privcheck.errors import InvalidParameter
 from tests.accounting.reference_store import FFT_REL_TOL, ReferenceStore
 
 # dp-accounting's figures are stored references keyed on their exact inputs (tests/accounting/reference_store.py):
@@ -103,6 +105,86 @@ def test_calibrate_sigma_infeasible_for_an_unreachable_target():
     with pytest.raises(CalibrationInfeasible):
         calibrate_sigma(1.0, 1, 1e-10, 1e-6, interval=1e-3, coarse=1e-2)
     assert dpa_epsilon(1.0, 1e4, 1, 1e-10, 1e-3) > 1e-6
+
+
+# --- bounded searches (issue 13): every refusal is an InvalidParameter naming the parameter and the reachable range
+
+def _refusal(call) -> InvalidParameter:
+    with pytest.raises(InvalidParameter) as info:
+        call()
+    return info.value
+
+
+@pytest.mark.parametrize("call,allowed", [
+    # ran for more than 300 s: the bracket halved σ down to 1e-3, where one float PLD holds 5·10⁷ buckets
+    (lambda: calibrate_sigma(0.01, 1000, 1e-5, 1e6), "(0, 10000]"),
+    (lambda: calibrate_sigma(0.01, 1000, 1e-5, 5e3), "(0, 1000]"),
+    (lambda: calibrate_steps(1.0, 1.0, 1e-5, 1e4), "(0, 1000]"),
+])
+def test_targets_above_the_ceiling_are_refused_before_any_search(call, allowed):
+    err = _refusal(call)
+    assert err.name == "epsilon" and allowed in str(err)
+
+
+def test_unreachable_small_target_names_the_reachable_range():
+    """q = 1, T = 1, ε = 1e-6: no σ ≤ 1e4 reaches it; the error states ε(σ = 1e4) on the coarse lattice."""
+    err = _refusal(lambda: calibrate_sigma(1.0, 1, 1e-5, 1e-6, interval=1e-3, coarse=1e-2))
+    assert isinstance(err, CalibrationInfeasible) and err.name == "epsilon"
+    low = float(str(err).split("allowed range is [")[1].split(",")[0])
+    assert low == pytest.approx(dpa_epsilon(1.0, 1e4, 1, 1e-5, 1e-2), rel=FFT_REL_TOL)
+    assert low > 1e-6
+
+
+def test_a_target_every_noise_down_to_the_floor_meets_is_refused():
+    """q = 1e-6, T = 10, δ = 1e-5: a record is sampled with probability 1e-5 ≤ δ, so ε ≈ 0 for every σ ≥ 0.1 and
+    the smallest σ meeting ε = 1 lies below the searched range."""
+    err = _refusal(lambda: calibrate_sigma(1e-6, 10, 1e-5, 1.0, interval=1e-3, coarse=1e-2))
+    assert err.name == "epsilon" and "even noise 0.1" in str(err)
+    assert dpa_epsilon(1e-6, 0.1, 10, 1e-5, 1e-2) <= 1.0
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda: calibrate_sigma(0.01, 100, 1e-300, 2.0), "delta"),      # the float PLD truncates 1e-15 of the mass
+    (lambda: calibrate_steps(0.01, 1.0, 1e-13, 2.0), "delta"),
+    (lambda: calibrate_sigma(0.01, 10**6 + 1, 1e-5, 2.0), "steps"),
+    (lambda: calibrate_steps(0.01, 0.05, 1e-5, 2.0), "noise_multiplier"),
+    (lambda: calibrate_sigma(0.01, 100, 1e-5, 2.0, interval=1e-9), "interval"),
+])
+def test_parameters_outside_the_searchable_range(call, name):
+    assert _refusal(call).name == name
+
+
+def test_steps_beyond_the_maximum_and_below_one_step():
+    err = _refusal(lambda: calibrate_steps(1e-9, 50.0, 1e-5, 10.0, interval=1e-3))   # 10⁶ steps still fit
+    assert err.name == "epsilon" and "1000000" in str(err)
+    err = _refusal(lambda: calibrate_steps(1.0, 0.1, 1e-5, 1.0, interval=1e-3))      # one step costs ≈ 92
+    assert err.name == "epsilon" and dpa_epsilon(1.0, 0.1, 1, 1e-5, 1e-3) > 1.0
+
+
+@pytest.mark.slow
+def test_full_batch_calibration_at_a_large_target():
+    """q = 1, T = 1 (the Gaussian mechanism), ε = 50: σ ≈ 0.15; the certified PLD used to fail for q = 1 above
+    ε ≈ 37 (a cancelled crossing point), so the calibration doubled σ. Checked on the closed form in mpmath."""
+    cal = calibrate_sigma(1.0, 1, 1e-5, 50.0, interval=1e-3, coarse=1e-2)
+
+    def mp_delta(sigma):
+        with mpmath.workdps(60):
+            mu, e = 1 / mpmath.mpf(sigma), mpmath.mpf(50)
+            return mpmath.ncdf(mu / 2 - e / mu) - mpmath.exp(e) * mpmath.ncdf(-mu / 2 - e / mu)
+    assert mp_delta(cal.value) <= 1e-5 < mp_delta(cal.value * (1 - 1e-3))
+
+
+@pytest.mark.slow
+def test_a_million_steps_calibrates_on_lattices_fine_enough_for_it():
+    """T = 10⁶: the float PLD's bias grows like T·h², so at the fixed 1e-3 lattice σ came out 3× too large (111
+    where 37 suffices); the lattices now shrink by √(1000/T). About a minute."""
+    cal = calibrate_sigma(0.01, 10**6, 1e-5, 1.0)
+    assert cal.achieved.value <= 1.0
+    # dp-accounting's own pessimistic PLD at 1e-4 still sits ≈ 0.01 above the exact ε at T = 10⁶; at 3e-5 it is
+    # within ≈ 6e-4, which separates σ from 0.99·σ
+    assert dpa_epsilon(0.01, cal.value, 10**6, 1e-5, interval=3e-5) <= 1.0
+    assert dpa_epsilon(0.01, cal.value * 0.99, 10**6, 1e-5, interval=3e-5) > 1.0
+
 
 
 

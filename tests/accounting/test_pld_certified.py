@@ -315,3 +315,40 @@ def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
     assert abs(fast.lower - full.lower) <= 1e-9 and abs(fast.upper - full.upper) <= 1e-9
     (opt, pess), = ref.dpa_bracket(phases, (1e-6,), 1e-5)
     assert fast.upper >= opt and fast.lower <= pess
+
+
+@pytest.mark.parametrize("sigma,steps", [(0.12, 1), pytest.param(0.3, 10, marks=pytest.mark.slow)])
+def test_q1_far_above_epsilon_37_is_enclosed(sigma, steps):
+    """q = 1 with ε ≈ 69 and 147: the float crossing point cancelled e^e below 2^-53 (ε > 37.4), which put the
+    add pair's lattice top at 37.4 and the Arb one held 0 at 88: both failed closed (ε = inf) before."""
+    mu = math.sqrt(steps) / sigma
+    rec = epsilon(PoissonGaussianEvent(1.0, sigma, steps), 1e-5)
+    assert rec.reason is None and gdp_encloses(mu, 1e-5, rec.certified.lower, rec.certified.upper)
+    assert rec.certified.upper - rec.certified.lower <= 1e-3
+
+
+def test_a_window_missing_the_crossing_falls_back_to_the_whole_support():
+    """q = 1e-6, σ = 0.1, T = 1: wide buckets put a mass ≈ 3e-8 at a loss of 103, so the Chernoff bound on the
+    mass above the window (3e-4) exceeded δ and the crossing was declared outside. The exact ε is 0: the total
+    variation q·(2Φ(1/(2σ)) − 1) < 1e-6 is below δ = 1e-5 (closed form, mpmath)."""
+    import mpmath
+    with mpmath.workdps(60):
+        tv = mpmath.mpf(1e-6) * (2 * mpmath.ncdf(1 / (2 * mpmath.mpf(0.1))) - 1)
+    assert tv <= 1e-5
+    rec = epsilon(PoissonGaussianEvent(1e-6, 0.1, 1), 1e-5)
+    assert rec.reason is None and rec.certified.lower == 0.0 and 0.0 <= rec.value < 1e-2
+
+
+@pytest.mark.parametrize("phases,delta,name", [
+    (((0.1, 1.0, 10**6 + 1),), 1e-5, "steps"),
+    (tuple((0.1, 1.0, 10**4) for _ in range(101)), 1e-5, "phases"),
+    (tuple((0.1, 1.0, 10**5) for _ in range(11)), 1e-5, "steps"),       # 1.1·10⁶ rounds in total
+    (((0.1, 1.0, 10),), 1e-51, "delta"),
+    (((0.1, 0.09, 10),), 1e-5, "noise_multiplier"),
+    (((0.1, 1.1e8, 10),), 1e-5, "noise_multiplier"),
+])
+def test_the_certified_range_is_checked_before_any_work(phases, delta, name):
+    from privcheck.errors import InvalidParameter
+    with pytest.raises(InvalidParameter) as info:
+        certified_epsilon(phases, delta)
+    assert info.value.name == name

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from fractions import Fraction
 
 import mpmath
@@ -21,6 +22,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from privcheck.accounting.selection import (
+    MAX_CANDIDATES,
     PrivITPParams,
     privbon_epsilon,
     privitp_check_range,
@@ -252,7 +254,8 @@ def bon_points(draw):
     assume(math.isfinite(r_hi) and r_hi > r_lo)
     d = float(Fraction(r_hi) - Fraction(r_lo)) * draw(st.floats(2.0 ** -60, 1.0))
     assume(d > 0 and Fraction(d) <= Fraction(r_hi) - Fraction(r_lo))
-    n = draw(st.one_of(st.integers(1, 64), st.integers(1, 10 ** 30)))
+    n = draw(st.one_of(st.integers(1, 64), st.integers(1, MAX_CANDIDATES)))
+    assume(2 * Fraction(d) <= Fraction(sys.float_info.max) * Fraction(sigma))   # 2Δ/σ a float (else refused)
     return n, r_lo, r_hi, d, sigma
 
 
@@ -346,3 +349,12 @@ def test_out_of_range_is_a_typed_error_before_any_work(kw, lt, name):
                  lambda: privitp_loss_batch(p, [lt], [1], log2_step=-12)):
         with pytest.raises(InvalidParameter, match=name):
             call()
+
+
+@pytest.mark.parametrize("n,sigma,name", [(2**53 + 1, 1.0, "candidates"), (10**30, 1.0, "candidates"),
+                                          (8, 5e-324, "sigma"), (8, 1.1e-309, "sigma")])
+def test_privbon_refuses_counts_and_scales_outside_its_range(n, sigma, name):
+    """n ≤ 2^53 (MAX_CANDIDATES) and 2Δ/σ a float: 0.1/5e-324 is 2e322, beyond the largest float."""
+    with pytest.raises(InvalidParameter) as info:
+        privbon_epsilon(0.1, sigma, candidates=n, r_max=1.0)
+    assert info.value.name == name

@@ -366,3 +366,62 @@ def test_certified_contains_negative_mpmath_values(x):
     assert inside.contains(v), f"[{inside.lower!r}, {inside.upper!r}] must contain mpf({x!r})"
     assert not mirrored.contains(v), f"[{mirrored.lower!r}, {mirrored.upper!r}] must not contain mpf({x!r})"
     assert inside.contains(x) and not mirrored.contains(x)   # the float path, for comparison
+
+
+# --- Φ and Φ̄ of wide or tail balls: sound, inside [0, 1], and positive where a ball can say so ----------------
+
+def _mp_point(x: arb) -> mpmath.mpf:
+    """The exact value of an exact arb as an mpf (any exponent: a Fraction of 2^-(7·10^15) would not fit)."""
+    man, exp = x.man_exp()
+    return mpmath.mpf((int(man), int(exp)))
+
+
+def _mp_contains(ball: arb, ref: mpmath.mpf) -> bool:
+    """ref ∈ [mid − rad, mid + rad], decided at a precision that makes |ref − mid| exact enough."""
+    mid, rad = _mp_point(ball.mid()), _mp_point(ball.rad())
+    with mpmath.workprec(20000):
+        return abs(ref - mid) <= rad
+
+
+# (midpoint, radius): wide balls (Arb's erfc gave [−0.5, 1.5]-like enclosures), tail balls whose exact range is
+# positive, exact points, and a rounding-narrow ball at −1.2e8 (Arb's erfc held 0 there at every precision).
+_WIDE_AND_TAIL = [(0.0, 10.0), (5.0, 10.0), (-40.0, 1.0), (40.0, 1.0), (-1e8, 1.0), (30.0, 1e-3), (-38.0, 1e-10),
+                  (0.5, 0.0), (40.0, 0.0), (-40.0, 0.0), (-1.2e8, 2.0 ** -900)]
+
+
+@pytest.mark.parametrize("prec", [64, 1024])
+@pytest.mark.parametrize("mid,rad", _WIDE_AND_TAIL)
+def test_normal_cdf_and_sf_of_any_ball_are_sound_and_inside_unit_interval(mid, rad, prec):
+    with ctx.workprec(prec):
+        u = arb(mid, rad)
+        cdf, sf = B.normal_cdf(u), B.normal_sf(u)
+    with mpmath.workprec(20000):
+        points = [mpmath.mpf(mid) + k * mpmath.mpf(rad) for k in (-1, -0.5, 0, 0.5, 1)]   # inside u
+    for x in points:
+        with mpmath.workprec(prec + 200):     # more digits than the ball carries (≥ 50 digits)
+            assert _mp_contains(cdf, mpmath.ncdf(x)), f"Φ({mpmath.nstr(x, 20)}) outside {cdf}"
+            assert _mp_contains(sf, mpmath.ncdf(-x)), f"Φ̄({mpmath.nstr(x, 20)}) outside {sf}"
+    for p in (cdf, sf):
+        assert p.lower() >= 0, f"{p} reaches below 0"
+        assert p.upper() <= 1 + arb(2) ** -25, f"{p} reaches above 1 by more than a radius rounding"
+
+
+# (midpoint, radius, precision, relative slack of the width): at 64 bits the rounding of u/√2 alone moves
+# log Φ(−1e8) by 1e8·2^-64·1e8 ≈ 5e-4
+@pytest.mark.parametrize("mid,rad,prec,slack", [(-38.0, 1e-10, 64, 2.0 ** -40), (-40.0, 1e-6, 64, 2.0 ** -40),
+                                                (-1.2e8, 2.0 ** -900, 1024, 2.0 ** -20), (-1e8, 0.0, 64, 1e-2)])
+def test_tail_probabilities_exclude_zero_where_a_ball_can(mid, rad, prec, slack):
+    """The exact range [Φ(lo), Φ(hi)] is within a factor 1 + 10⁻³ here, so a ball can (and must) exclude 0: log Φ is
+    then finite and certified, which the precision loops rely on."""
+    with ctx.workprec(prec):
+        u = arb(mid, rad)
+        cdf = B.normal_cdf(u)
+        log_cdf = B.log_normal_cdf(u)
+    assert cdf > 0 and log_cdf.is_finite()
+    with mpmath.workprec(prec + 200):
+        lo, hi = mpmath.ncdf(mpmath.mpf(mid) - rad), mpmath.ncdf(mpmath.mpf(mid) + rad)
+        assert hi / lo < 1.001
+        assert _mp_contains(log_cdf, mpmath.log(lo)) and _mp_contains(log_cdf, mpmath.log(hi))
+        # tight: no wider than the exact range (plus Arb's radius propagation, 1e-4 of it) plus the slack (Arb's own
+        # erfc of the −10⁸ arguments gave a ball around 0)
+        assert _mp_point(cdf.rad()) * 2 <= (hi - lo) * (1 + mpmath.mpf(10) ** -4) + hi * slack

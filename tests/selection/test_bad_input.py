@@ -20,6 +20,8 @@ from mechanisms.selection import (
     privbon_policy_finite_n,
     privitp_law,
 )
+from mechanisms.selection.filtered import BasicCompositionPrivITP
+from mechanisms.selection.simulate.config import DataConfig, SimulationConfig
 from privcheck.accounting.selection import PrivITPParams
 from privcheck.errors import InvalidParameter
 
@@ -130,3 +132,65 @@ def test_policy_inputs():
     raises("values", privbon_policy_finite_n, [0.5, 0.5], [0.0, NAN], 2, 1.0)
     raises("n", privbon_policy_finite_n, [0.5, 0.5], [0.0, 1.0], 0, 1.0)
     raises("sigma", privbon_policy_finite_n, [0.5, 0.5], [0.0, 1.0], 2, 0.0)
+
+
+# Arrays of non-real dtypes: numpy's float64 conversion would keep the real part of a complex score, parse "0.5",
+# read a mask's True as 1.0, use the entries under a mask, or fail on a ragged list with its own ValueError.
+NON_REAL = [np.array([0.1, 0.5 + 1j, 0.3, 0.2]), np.array([True, False, True, True]), np.array(["0.1", "0.2", "0.3",
+            "0.4"]), np.array([0.1, 0.2, 0.3, 0.4], dtype=object), [0.1, [0.2], 0.3, 0.4], [[0.1, 0.2], [0.3]],
+            np.ma.masked_array([0.1, 0.2, 0.3, 0.4], mask=[0, 1, 0, 0])]
+
+
+@pytest.mark.parametrize("bad", NON_REAL, ids=["complex", "bool", "str", "object", "nested", "ragged", "masked"])
+def test_non_real_score_arrays_are_refused_naming_scores(bad):
+    p = PrivITPParams(**GOOD)
+    ok = np.array([0.1, 0.2, 0.3, 0.4])
+    raises("scores", prepare_scores, bad, 0.0, 1.0)
+    raises("scores", PrivBoN(0.1, 1.0, r_max=1.0).select, bad, make_rng(0))
+    raises("scores", best_of_n, bad)
+    raises("scores", lambda_hat, bad, 0.1)
+    raises("scores", privbon_law, bad, 1.0)
+    raises("scores", ITP(0.1, r_max=1.0).select, bad, make_rng(0))
+    raises("phase1_scores", PrivITP(p).select, bad, ok, make_rng(0))
+    raises("phase2_scores", PrivITP(p).select, ok, bad, make_rng(0))
+    raises("phase2_scores", privitp_law, bad, 0.5, p)
+    raises("lambda_tilde", PrivITP(p).account, bad, [1, 2, 3, 4])
+
+
+def test_real_dtypes_of_any_width_are_scores():
+    """int, float16/32 and longdouble arrays hold real numbers: accepted, as the float64 array of the same values."""
+    ref = PrivBoN(0.1, 1.0, r_max=4.0).select(np.array([1.0, 2.0, 3.0, 4.0]), make_rng(3)).indices
+    for dtype in (np.int64, np.uint8, np.float16, np.float32, np.longdouble):
+        arr = np.array([1, 2, 3, 4], dtype=dtype)
+        assert PrivBoN(0.1, 1.0, r_max=4.0).select(arr, make_rng(3)).indices.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("name,call", [
+    ("prompts", lambda: PrivBoN(0.1, 1.0, 1.0).epsilon_record(4, 2**53 + 1)),
+    ("candidates", lambda: PrivBoN(0.1, 1.0, 1.0).epsilon_record(10**30)),
+    ("sigma", lambda: PrivBoN(0.1, 5e-324, 1.0)),                  # 2Δ/σ beyond the float range
+    ("halting_times", lambda: PrivITP(PrivITPParams(**GOOD)).account([0.5], [2.5])),
+    ("halting_times", lambda: PrivITP(PrivITPParams(**GOOD)).account([0.5, 0.4], [1])),
+])
+def test_mechanism_counts_and_scales_outside_their_range(name, call):
+    raises(name, call)
+
+
+def test_privbon_law_of_a_subnormal_temperature_is_the_arg_max():
+    """σ = 5e-324: s/σ overflows, but softmax((s − max s)/σ) is exactly the arg-max's point mass (no NaN)."""
+    assert privbon_law([0.1, 0.3, 0.2], 5e-324).tolist() == [0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("name,call", [
+    ("prompts", lambda: DataConfig(prompts=10**30).validate()),
+    ("pool_size", lambda: DataConfig(prompts=2**10, pool_size=2**20).validate()),     # 2^30 pool entries
+    ("replicates", lambda: SimulationConfig(replicates=10**30).validate()),
+    ("bootstrap", lambda: SimulationConfig(bootstrap=2.5).validate()),
+    ("filter_max_queries", lambda: SimulationConfig(filter_max_queries=10**8).validate()),
+    ("lambda_range", lambda: BasicCompositionPrivITP(PrivITPParams(**GOOD), 10.0, 1e-3, "clamped",
+                                                     lambda_range=(-1e6, 0.5), log2_step=-10)),
+])
+def test_simulation_sizes_and_filter_cells_are_bounded(name, call):
+    """Sizes beyond the stated limits (simulate.config.LIMITS, filtered.MAX_CELLS) are refused before any work
+    instead of exhausting memory or running for hours (10⁹ cells at 0.1 ms each)."""
+    raises(name, call)

@@ -15,7 +15,14 @@ from privcheck.accounting import PrivITPParams
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import jsonable
 
-__all__ = ["DataConfig", "SimulationConfig"]
+__all__ = ["DataConfig", "LIMITS", "SimulationConfig"]
+
+# The largest sizes a run accepts (a larger one is refused before any work, not left to exhaust memory): the pools
+# are float64 arrays [prompts, pool_size] (at most 2^28 entries, 2 GiB), the replicates and bootstrap resamples
+# multiply the run time, and the filter experiment draws up to filter_max_queries queries per σ and seed.
+LIMITS = {"prompts": 2 ** 16, "pool_size": 2 ** 24, "pool_entries": 2 ** 28, "resolution": 2 ** 16,
+          "replicates": 2 ** 16, "bootstrap": 2 ** 20, "filter_n": 65536, "filter_seeds": 2 ** 16,
+          "filter_max_queries": 10 ** 7}
 
 
 @dataclass(frozen=True)
@@ -33,8 +40,11 @@ class DataConfig:
     resolution: int = 1024
 
     def validate(self) -> "DataConfig":
-        v.count("prompts", self.prompts, minimum=2)
-        v.count("pool_size", self.pool_size, minimum=2)
+        prompts = v.bounded_count("prompts", self.prompts, LIMITS["prompts"], minimum=2)
+        pool = v.bounded_count("pool_size", self.pool_size, LIMITS["pool_size"], minimum=2)
+        if prompts * pool > LIMITS["pool_entries"]:
+            raise InvalidParameter("pool_size", self.pool_size, f"[2, {LIMITS['pool_entries'] // prompts}] with "
+                                   f"{prompts} prompts (prompts·pool_size <= {LIMITS['pool_entries']})")
         if not 0.0 <= v.nonnegative("hack_fraction", self.hack_fraction) < 1.0:
             raise InvalidParameter("hack_fraction", self.hack_fraction, "[0, 1)")
         for name in ("hack_true", "hack_proxy", "mean_range"):
@@ -43,7 +53,7 @@ class DataConfig:
                 raise InvalidParameter(name, getattr(self, name), "0 <= lo <= hi <= 1 (mean_range: 0 < lo <= hi < 1)")
         v.positive("concentration", self.concentration)
         v.nonnegative("proxy_noise", self.proxy_noise)
-        v.count("resolution", self.resolution, minimum=2)
+        v.bounded_count("resolution", self.resolution, LIMITS["resolution"], minimum=2)
         return self
 
 
@@ -87,8 +97,8 @@ class SimulationConfig:
         ns = [v.count("ns", n) for n in self.ns]
         if any(b <= a for a, b in zip(ns, ns[1:])) or ns[-1] > 65536:
             raise InvalidParameter("ns", self.ns, "a non-empty tuple of increasing integers in [1, 65536]")
-        v.count("replicates", self.replicates)
-        v.count("bootstrap", self.bootstrap, minimum=20)
+        v.bounded_count("replicates", self.replicates, LIMITS["replicates"])
+        v.bounded_count("bootstrap", self.bootstrap, LIMITS["bootstrap"], minimum=20)
         v.positive("beta", self.beta)
         if not isinstance(self.sigmas, tuple) or not self.sigmas:
             raise InvalidParameter("sigmas", self.sigmas, "a non-empty tuple of increasing positive reals")
@@ -107,10 +117,10 @@ class SimulationConfig:
             raise InvalidParameter("grid_step", self.grid_step, "(0, 0.25] (units of σ_X)")
         if v.positive("grid_halfwidth", self.grid_halfwidth) < 8.0:
             raise InvalidParameter("grid_halfwidth", self.grid_halfwidth, "[8, inf) (units of σ_X)")
-        v.count("filter_n", self.filter_n)
+        v.bounded_count("filter_n", self.filter_n, LIMITS["filter_n"])
         v.positive("filter_budget", self.filter_budget)
-        v.count("filter_seeds", self.filter_seeds)
-        v.count("filter_max_queries", self.filter_max_queries)
+        v.bounded_count("filter_seeds", self.filter_seeds, LIMITS["filter_seeds"])
+        v.bounded_count("filter_max_queries", self.filter_max_queries, LIMITS["filter_max_queries"])
         return self
 
     def params(self, sigma: float, candidates: int) -> PrivITPParams:
