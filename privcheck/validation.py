@@ -26,7 +26,10 @@ def real(name: str, value, allowed: str) -> float:
     """A finite real number; `allowed` names the caller's range in the error (e.g. "(0, 1)")."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidParameter(name, value, f"{allowed} (a finite real number)")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:                     # an integer (or Fraction) beyond the float range
+        raise InvalidParameter(name, value, f"{allowed} (a finite real number)") from None
     if not math.isfinite(x):
         raise InvalidParameter(name, value, f"{allowed} (a finite real number)")
     return x

@@ -11,8 +11,7 @@ its value, a duplicated flag). Each value is valid or hostile by construction, s
   others run for real and exit 0.
 
 `make test` runs a few examples per command (the project's derandomized profile, so the same ones every run); the
-slow tier runs many more. Values that another part of the library still accepts are left out here, each with its
-reason, and pinned as strict xfails in tests/test_cli_hostile.py.
+slow tier runs many more.
 """
 
 from __future__ import annotations
@@ -27,6 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from privcheck.accounting.conversions import MAX_GROUP_SIZE
+from privcheck.accounting.pld_certified import MAX_STEPS
+from privcheck.accounting.selection import MAX_CANDIDATES
 from privcheck.cli import build_parser
 from privcheck.validation import SEED_MAX
 from tests.cli_harness import make_sandbox, patched_work, run_cli
@@ -48,12 +50,10 @@ class Flag:
     blame: tuple = ()
 
 
-def count(lo: int, hi: int | None, valid: tuple, *, more: tuple = (), huge: bool = True, blame: tuple = ()) -> Flag:
-    """An integer flag with the range [lo, hi]; `huge=False` leaves out values past the range (another part of the
-    library checks them; see tests/test_cli_hostile.py)."""
-    hostile = (str(lo - 1), "-" + BIG, "1.5", "1e3", "nan", *NOT_NUMBERS, *more)
-    if huge:
-        hostile = (BIG, *(() if hi is None else (str(hi + 1),)), *hostile, str(2**64))
+def count(lo: int, hi: int | None, valid: tuple, *, more: tuple = (), blame: tuple = ()) -> Flag:
+    """An integer flag with the range [lo, hi] (hi None: a maximum the library states and BIG exceeds)."""
+    hostile = (BIG, *(() if hi is None else (str(hi + 1),)), str(lo - 1), "-" + BIG, "1.5", "1e3", "nan",
+               *NOT_NUMBERS, *more, str(2**64))
     return Flag(valid, hostile, blame=blame)
 
 
@@ -127,13 +127,11 @@ SELECTION_FLAGS = {
     "--out": out(), "--seed": seed(), "--confidence": PROB,
 }
 
-# Values left out here, each accepted today by a part of the library that another branch fixes (pinned as strict
-# xfails in tests/test_cli_hostile.py): huge --steps / --candidates / --k reach privcheck.accounting unchecked.
 SPECS = [
     Spec(("account", "dp-sgd"), DPSGD_BASE, {
         "--sampling-rate": real(("0.5", "1"), more=("0", "1.5", "-0.1")),
         "--noise-multiplier": positive(("2",)),
-        "--steps": count(1, None, ("2",), huge=False),
+        "--steps": count(1, MAX_STEPS, ("2",)),
         "--delta": open_unit(("1e-5",)),
         "--accountant": choice(("pld", "rdp")),
         "--history": Flag((), ("1.0:0.5:2", "x", "{file}", "{missing}.json", "{dir}.json", "/proc/self/x.json"),
@@ -144,7 +142,7 @@ SPECS = [
         "--json": SWITCH_FLAG}, required=("--sensitivity", "--sigma", "--delta")),
     Spec(("account", "privbon"), {"--sensitivity": "1", "--sigma": "2", "--candidates": "4", "--r-max": "1"}, {
         "--sensitivity": positive(("1", "0.5"), more=("2",)), "--sigma": positive(("2",)),
-        "--candidates": count(1, None, ("4", "1"), huge=False),
+        "--candidates": count(1, MAX_CANDIDATES, ("4", "1")),
         "--r-max": Flag(("1",), (*NON_FINITE, *NOT_NUMBERS, "0", "0.5"), blame=("sensitivity", "r_lo")),
         "--r-lo": Flag(("0",), (*NON_FINITE, *NOT_NUMBERS, "1", "0.5"), blame=("r_max", "sensitivity")),
         "--json": SWITCH_FLAG}, required=("--sensitivity", "--sigma")),
@@ -152,8 +150,8 @@ SPECS = [
         "--sensitivity": positive(("0.25",), more=("2",)),
         "--r-max": Flag(("1",), (*NON_FINITE, *NOT_NUMBERS, "0", "0.1"), blame=("sensitivity",)),
         "--sigma-x": positive(("0.5",)), "--sigma-z": positive(("0.5",)), "--headroom": real(("0.5",), more=("-1",)),
-        "--candidates": count(1, None, ("4",), huge=False), "--lambda-tilde": real(("0.5",)),
-        "--halting-time": count(1, 4, ("1", "4"), huge=False, more=("5",)),
+        "--candidates": count(1, MAX_CANDIDATES, ("4",)), "--lambda-tilde": real(("0.5",)),
+        "--halting-time": count(1, 4, ("1", "4"), more=("5",)),
         "--fallback": SWITCH_FLAG, "--delta": open_unit(("1e-5",))},
         required=tuple(f for f in PRIVITP_BASE if f != "--halting-time"),
         exclusive=(("--halting-time", "--fallback"),)),
@@ -169,7 +167,7 @@ SPECS = [
         "--sensitivity": positive(("1",)), "--halting-time": count(1, 2**53, ("2",))},
         required=("--threshold", "--sigma-threshold", "--sigma-query", "--sensitivity", "--halting-time")),
     Spec(("calibrate", "dp-sgd"), {"--sampling-rate": "1", "--steps": "1", "--delta": "1e-5", "--epsilon": "2"}, {
-        "--sampling-rate": real(("1",), more=("0", "1.5")), "--steps": count(1, None, ("1",), huge=False),
+        "--sampling-rate": real(("1",), more=("0", "1.5")), "--steps": count(1, MAX_STEPS, ("1",)),
         "--delta": open_unit(("1e-5",)), "--epsilon": positive(("2",))},
         required=("--sampling-rate", "--steps", "--delta", "--epsilon")),
     Spec(("calibrate", "dp-sgd-steps"),
@@ -179,7 +177,7 @@ SPECS = [
         required=("--sampling-rate", "--noise-multiplier", "--delta", "--epsilon")),
     Spec(("convert", "group"), {"--epsilon": "1", "--delta": "1e-5", "--k": "2"}, {
         "--epsilon": positive(("1",)), "--delta": open_unit(("1e-5",)),
-        "--k": count(1, None, ("2", "1"), huge=False), "--json": SWITCH_FLAG},
+        "--k": count(1, MAX_GROUP_SIZE, ("2", "1")), "--json": SWITCH_FLAG},
         required=("--epsilon", "--delta", "--k")),
     Spec(("convert", "replace-one"), {"--epsilon": "1", "--delta": "1e-5"}, {
         "--epsilon": positive(("1",)), "--delta": open_unit(("1e-5",)), "--json": SWITCH_FLAG},

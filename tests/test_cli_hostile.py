@@ -1,8 +1,7 @@
 """The hostile-input cases of issue 13, one by one, in-process (tests/cli_harness.py): bad output paths, huge
 integers, bad seeds and claims exit 2 before any work with one line naming the parameter and its range, and write
 nothing; unexpected errors, OS errors and Ctrl-C get one line and their own exit status; --help and --version import
-nothing heavy. Cases that another part of the library still gets wrong are strict xfails naming the branch that
-fixes them."""
+nothing heavy."""
 
 from __future__ import annotations
 
@@ -152,6 +151,9 @@ LIBRARY = [
      "--headroom", "0.5", "--candidates", BIG, "--lambda-tilde", "0.5", "--halting-time", "1", "--delta", "1e-5"],
     ["convert", "group", "--epsilon", "1", "--delta", "1e-5", "--k", BIG],
     ["calibrate", "dp-sgd", "--sampling-rate", "0.1", "--steps", BIG, "--delta", "1e-5", "--epsilon", "1"],
+    ["calibrate", "dp-sgd", "--sampling-rate", "0.1", "--steps", "10", "--delta", "1e-5", "--epsilon", "1e6"],
+    ["calibrate", "dp-sgd-steps", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--delta", "1e-5",
+     "--epsilon", "1e6"],
 ]
 
 
@@ -160,15 +162,15 @@ class _TooSlow(Exception):
 
 
 def _alarm(signum, frame):
-    raise _TooSlow("no answer within 2 s")
+    raise _TooSlow("no answer within 60 s")
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch h-lib: privcheck.accounting checks steps/candidates/k "
-                                       "against stated maxima")
 @pytest.mark.parametrize("argv", LIBRARY, ids=[" ".join(a[:2]) for a in LIBRARY])
-def test_huge_accounting_integers_are_refused(tmp_path, argv):
-    previous = signal.signal(signal.SIGALRM, _alarm)       # calibrate dp-sgd searches for minutes today
-    signal.alarm(2)
+def test_huge_accounting_inputs_are_refused(tmp_path, argv):
+    # a guard against a hang, not a timing assertion: the refusal takes milliseconds, the searches these inputs
+    # started before they were bounded ran for more than 300 s
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(60)
     try:
         line = hostile(tmp_path, argv)
     finally:

@@ -39,18 +39,26 @@ def privacy_block(plan, preset, *, target_epsilon=None) -> dict | None:
         return None
     from privcheck.accounting import epsilon, group_privacy, replace_one
     from privcheck.environment import package_version
+    from privcheck.errors import InvalidParameter
 
     pld = plan.epsilon()
     rdp = epsilon(plan.event, plan.delta, method="rdp")
     eps = pld.value
     derived = {"replace_one": None, "group": []}
     if math.isfinite(eps) and eps > 0:
-        r1 = replace_one(eps, plan.delta)
-        derived["replace_one"] = [r1.value, r1.details["delta"]]
+        try:
+            r1 = replace_one(eps, plan.delta)
+            derived["replace_one"] = [r1.value, r1.details["delta"]]
+        except InvalidParameter as err:       # (1 + e^ε)·δ ≥ 1: no replace-one guarantee at this (ε, δ)
+            derived["replace_one_refused"] = err.allowed
         for k in (2,):
-            g = group_privacy(eps, plan.delta, k)
+            try:
+                g = group_privacy(eps, plan.delta, k)
+            except InvalidParameter as err:   # k·e^{(k−1)ε}·δ ≥ 1: no group guarantee at this (ε, δ)
+                derived["group"].append({"k": k, "epsilon": None, "delta": None, "refused": err.allowed})
+                continue
             derived["group"].append({"k": k, "epsilon": g.value, "delta": g.details["delta"]})
-    derived["note"] = "certified conversions (Corollary 1, Proposition 1); a δ above 1 is vacuous"
+    derived["note"] = "certified conversions (Corollary 1, Proposition 1); a converted δ ≥ 1 is refused (vacuous)"
     cal = plan.calibration
     calibration = None
     if cal is not None:

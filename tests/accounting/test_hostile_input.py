@@ -103,8 +103,6 @@ def test_hostile_reals_are_refused_naming_the_parameter(call, name, value):
     _refused(call, value, name)
 
 
-@pytest.mark.xfail(raises=OverflowError, strict=True, reason="validation.real converts with an unguarded float(): "
-                   "10**400 raises OverflowError (validation.py is outside this module's split)")
 def test_an_integer_beyond_the_float_range_is_refused_for_every_real_parameter():
     for _, call, name, _, _ in REALS:
         _refused(call, 10**400, name)
