@@ -373,7 +373,7 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
     n = val.count("n", n, 2, MAX_SAMPLES)
     split_frac = val.open_unit("split_frac", split_frac)
     confidence = val.open_unit("confidence", confidence)
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     seed = _seed(seed)
     families = _families(event_family)
     if criterion not in CRITERIA:

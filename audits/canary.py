@@ -279,7 +279,7 @@ class Preregistration:
 
     def __post_init__(self):
         object.__setattr__(self, "m", val.count("m", self.m, 1))
-        object.__setattr__(self, "delta", val.claim_delta("delta", self.delta))
+        object.__setattr__(self, "delta", val.half_open_unit("delta", self.delta))
         object.__setattr__(self, "confidence", val.open_unit("confidence", self.confidence))
         object.__setattr__(self, "tie_break_seed", val.seed("tie_break_seed", self.tie_break_seed))
         if self.selection not in ("explicit", "bonferroni", "split"):

@@ -85,7 +85,7 @@ def clopper_pearson(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, co
                     claim=None, diagnostics=None) -> AuditReport:
     """Multi-run audit report (method clopper_pearson); `rejects_nominal` iff ε_lower > ε_nom."""
     fp, n_out, fn, n_in = check_rates(fp, n_out, fn, n_in)
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if not isinstance(two_sided, bool):
         raise InvalidParameter("two_sided", two_sided, "True or False")

@@ -133,7 +133,7 @@ def run_multirun_audit(train_and_score, *, runs_in: int, runs_out: int, threshol
         raise InvalidParameter("train_and_score", train_and_score, "a callable (seed, include_canary) -> score")
     runs_in, runs_out = val.count("runs_in", runs_in, 1, MAX_RUNS), val.count("runs_out", runs_out, 1, MAX_RUNS)
     threshold = val.finite("threshold", threshold)
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if not isinstance(two_sided, bool):
         raise InvalidParameter("two_sided", two_sided, "True or False")

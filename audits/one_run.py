@@ -71,7 +71,7 @@ def from_counts(m: int, guesses: int, correct: int, *, delta: float, confidence:
                 diagnostics=None) -> AuditReport:
     """One-run audit from its counts: m randomised canaries, r guesses, v correct."""
     m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct", maximum=MAX_CANARIES)
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     eps_nominal = _nominal(eps_nominal)
     p = val.significance(confidence)
@@ -93,7 +93,7 @@ def from_scores(scores, membership, *, delta: float, confidence: float = 0.95, k
     here, refused if it was revealed before the scores were frozen) or a ±1 / 0-1 / boolean vector.
     `strategy`: `Explicit()` (default; needs k_plus), `Bonferroni(family)` or `Split(frac, seed)`.
     """
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     eps_nominal = _nominal(eps_nominal)
     strategy = st.check_strategy(st.Explicit() if strategy is None else strategy)

@@ -139,7 +139,7 @@ def _significance(confidence) -> float:
 
 def _delta(delta) -> float:
     """δ of the planned audit's claim, in [0, 1) (δ = 0 is a pure-DP claim)."""
-    return val.claim_delta("delta", delta)
+    return val.half_open_unit("delta", delta)
 
 
 def _canaries(m) -> int:

@@ -317,7 +317,7 @@ def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: i
     from audits.one_run import from_scores
     from audits.pvalue import MAX_CANARIES
 
-    delta = val.claim_delta("delta", delta)
+    delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if eps_nominal is not None:
         eps_nominal = val.nonnegative("eps_nominal", eps_nominal)

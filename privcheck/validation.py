@@ -16,8 +16,9 @@ from decimal import Decimal
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["SEED_MAX", "claim_delta", "count", "finite", "nonnegative", "open_unit", "ordered_counts", "positive",
-           "real", "sampling_rate", "seed", "significance", "unit_interval"]
+__all__ = ["SEED_MAX", "closed_range", "count", "finite", "half_open_unit", "nonnegative", "open_unit",
+           "ordered_counts", "positive", "real", "real_array", "sampling_rate", "seed", "significance",
+           "unit_interval"]
 
 SEED_MAX = 2**63 - 1    # every seed flag and seed argument: [0, 2^63 − 1], what every generator we seed accepts
 
@@ -72,27 +73,44 @@ def unit_interval(name: str, value) -> float:
     return _interval(name, value, "[0, 1]", lambda x: 0 <= x <= 1)
 
 
-def claim_delta(name: str, value) -> float:
-    """δ of an audited (ε, δ) claim, in [0, 1): δ = 0 is pure DP; at δ = 1 every mechanism meets the claim and every
-    lower bound is 0, so it cannot be audited."""
+def closed_range(name: str, value, lo: float, hi: float, what: str = "") -> float:
+    """x in [lo, hi]: a range a method states it can use (`what` describes the quantity in the error)."""
+    allowed = f"[{lo:g}, {hi:g}]" + (f" ({what})" if what else "")
+    return _interval(name, value, allowed, lambda x: lo <= x <= hi)
+
+
+def half_open_unit(name: str, value) -> float:
+    """x in [0, 1): the δ of an (ε, δ) guarantee that is audited, converted or composed (δ = 0 is pure DP; at δ = 1
+    every mechanism meets the guarantee, so it says nothing, and every audit lower bound is 0)."""
     return _interval(name, value, "[0, 1)", lambda x: 0 <= x < 1)
 
 
 def count(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
-    """An integer in [minimum, maximum] (no upper end when `maximum` is None; bools and non-integral floats
-    rejected)."""
+    """An integer in [minimum, maximum] (bools and non-integral floats rejected). `maximum` is the largest value the
+    method behind it can use, so that a huge integer (10**30) is refused before any work instead of overflowing or
+    hanging inside it; None only where any size is cheap."""
     allowed = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
     if isinstance(value, bool):
         raise InvalidParameter(name, value, allowed)
     if isinstance(value, numbers.Integral):
         n = int(value)
-    elif isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer():
+    elif isinstance(value, numbers.Real) and _integral_real(value):
         n = int(value)
     else:
         raise InvalidParameter(name, value, allowed)
     if n < minimum or (maximum is not None and n > maximum):
         raise InvalidParameter(name, value, allowed)
     return n
+
+
+def _integral_real(value) -> bool:
+    """A real of integral value (2.0, Fraction(4, 2)); one beyond the float range (a huge Fraction) counts as not,
+    so that it is refused with the allowed range rather than an OverflowError."""
+    try:
+        x = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(x) and x.is_integer()
 
 
 def seed(name: str, value) -> int:
@@ -119,22 +137,6 @@ def significance(confidence: float) -> float:
     return float(Decimal(1) - Decimal(repr(float(confidence))))
 
 
-def bounded_count(name: str, value, maximum: int, minimum: int = 1) -> int:
-    """An integer in [minimum, maximum]: `count` with the largest value the method behind it can use, so that a
-    huge integer (10**30) is refused before any work instead of overflowing or hanging inside it."""
-    allowed = f"an integer in [{minimum}, {maximum}]"
-    try:
-        n = count(name, value, minimum)
-    except (InvalidParameter, OverflowError):   # OverflowError: an integral Fraction beyond the float range
-        raise InvalidParameter(name, value, allowed) from None
-    if n > maximum:
-        raise InvalidParameter(name, value, allowed)
-    return n
-
-
-__all__ += ["bounded_count"]
-
-
 def real_array(name: str, value):
     """`value` as a float64 numpy array, refusing what is not an array of real numbers: complex (numpy would keep only
     the real part), bool (a mask passed by mistake; cast it explicitly), object and string arrays (numpy would parse
@@ -153,4 +155,3 @@ def real_array(name: str, value):
     return arr.astype(np.float64, copy=False)
 
 
-__all__ += ["real_array"]

@@ -69,7 +69,7 @@ def open_unit(valid: tuple) -> Flag:
     return real(valid, more=("0", "1", "-0.5", "1.5"))
 
 
-def claim_delta(valid: tuple = ("0", "1e-5")) -> Flag:
+def half_open_unit(valid: tuple = ("0", "1e-5")) -> Flag:
     return real(valid, more=("1", "-1e-9", "1.5"))
 
 
@@ -222,14 +222,14 @@ SPECS = [
         "--correct": count(0, None, ("0", "90", "100"), more=("101",)),
         "--scores": Flag((), ("{missing}", "{file}", "{dir}", "/proc/self/x", ""), blame=("canaries",)),
         "--k-plus": Flag((), ("1", "-1", BIG)), "--k-minus": Flag((), ("0", "-1")),
-        "--delta": claim_delta(), "--confidence": PROB,
+        "--delta": half_open_unit(), "--confidence": PROB,
         "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG},
         required=("--canaries", "--guesses", "--correct", "--delta"), writes=True),
     Spec(("audit", "clopper-pearson"), RUNS_BASE, {
         "--runs-in": count(1, 10**6, ("10", "1000000")), "--runs-out": count(1, 10**6, ("10", "1000000")),
         "--false-negatives": count(0, None, ("0", "10"), more=("11",)),
         "--false-positives": count(0, None, ("0", "10"), more=("11",)),
-        "--delta": claim_delta(), "--confidence": PROB, "--one-sided": SWITCH_FLAG,
+        "--delta": half_open_unit(), "--confidence": PROB, "--one-sided": SWITCH_FLAG,
         "--thresholds": count(1, 10**6, ("1", "1000000")),
         "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG},
         required=tuple(RUNS_BASE), writes=True),
@@ -248,7 +248,7 @@ SPECS = [
         required=tuple(ONE_RUN_BASE), writes=True),
     Spec(("audit", "power"), {"--canaries": "100", "--delta": "1e-5", "--score-model": "perfect"}, {
         "--canaries": count(1, 10**8, ("1", "100", "1000000"), more=("100000000",), blame=("sims",)),
-        "--delta": claim_delta(), "--confidence": PROB,
+        "--delta": half_open_unit(), "--confidence": PROB,
         "--score-model": Flag(("perfect", "gdp:1", "dpsgd_dirac:0.1,1,10,llr", "dpsgd_dirac:0.5,2,100000,sum"),
                               ("", "bogus", "gdp:", "gdp:-1", "gdp:nan", "dpsgd_dirac:2,1,10,llr",
                                "dpsgd_dirac:0.1,1,1e300,llr", "dpsgd_dirac:0.1,1,100001,sum",
@@ -265,7 +265,7 @@ SPECS = [
         "--target": Flag(("gaussian",), ("", "bogus", ":f", "nosuchmodule_zz:f", "math:pi", "math:nosuch"),
                          blame=("sigma",)),
         "--sigma": positive(("1", "0.5")), "--steps": count(1, None, ("1", "100"), more=(BIG, "500000000")),
-        "--threshold": real(("0", "-3")), "--delta": claim_delta(), "--confidence": PROB,
+        "--threshold": real(("0", "-3")), "--delta": half_open_unit(), "--confidence": PROB,
         "--one-sided": SWITCH_FLAG, "--epsilon-nominal": NOMINAL, "--seed": seed(),
         "--backend": choice(("serial",)), "--ray-address": Flag((), ("auto",), name="ray_address"),
         "--max-retries": count(0, 100, ("3",)), "--out": out(), "--json": SWITCH_FLAG},
@@ -277,7 +277,7 @@ SPECS = [
         "--candidates": count(1, 2**16, ("2", "16", "65536")),
         "--target": Flag(("1", "fallback", "16"), ("0", "17", "x", "", "-1")),
         "--samples": count(2, 10**7, ("2", "100", "10000000"), more=("1",)),
-        "--delta": claim_delta()},
+        "--delta": half_open_unit()},
         required=("--mechanism", "--samples", "--out"), work=("audits.cli.selection:build_pair",), writes=True),
     Spec(("audit", "selection"), {"--mechanism": "privitp", "--samples": "100", "--out": "{out}"}, {
         **SELECTION_FLAGS,

@@ -109,7 +109,7 @@ def _multi_run(args, out) -> int:
     from privcheck import validation as val
 
     val.count("runs_in", args.runs_in, 1, MAX_RUNS), val.count("runs_out", args.runs_out, 1, MAX_RUNS)
-    val.claim_delta("delta", args.delta), val.open_unit("confidence", args.confidence)
+    val.half_open_unit("delta", args.delta), val.open_unit("confidence", args.confidence)
     if args.epsilon_nominal is not None:
         val.nonnegative("epsilon_nominal", args.epsilon_nominal)
     if args.threshold is not None:

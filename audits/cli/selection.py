@@ -122,7 +122,7 @@ def _validate(args) -> None:
     v.open_unit("confidence", args.confidence)
     v.open_unit("split_frac", args.split_frac)
     if args.delta is not None:
-        v.claim_delta("delta", args.delta)
+        v.half_open_unit("delta", args.delta)
     if args.mechanism == "privbon" and args.pair == "phase1":
         raise InvalidParameter("pair", args.pair, "'worst' or 'example' for privbon")
     if args.mechanism == "privitp" and args.pair == "example":

@@ -100,8 +100,8 @@ class PrivBoN:
 
     def epsilon_record(self, candidates: int, prompts: int = 1) -> AccountingRecord:
         """The accounting record of `prompts` queries with `candidates` candidates each (cached)."""
-        key = (v.bounded_count("candidates", candidates, MAX_CANDIDATES),
-               v.bounded_count("prompts", prompts, MAX_PROMPTS))
+        key = (v.count("candidates", candidates, maximum=MAX_CANDIDATES),
+               v.count("prompts", prompts, maximum=MAX_PROMPTS))
         rec = self._records.get(key)
         if rec is None:
             base = epsilon(self.event(key[0]))

@@ -289,7 +289,7 @@ def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: fl
     """Smallest noise multiplier σ (to `sigma_tol`) whose float PLD ε at `interval` is at most `target_epsilon`,
     raised until the certified ε meets it (`calibrate` on the family σ ↦ PoissonGaussianEvent(q, σ, T); cached)."""
     q = v.sampling_rate("sampling_rate", sampling_rate)
-    T = v.bounded_count("steps", steps, MAX_STEPS)
+    T = v.count("steps", steps, maximum=MAX_STEPS)
     delta = v.open_unit("delta", delta)
     target = _target(target_epsilon)
     interval = check_interval("interval", interval)

@@ -51,14 +51,6 @@ def _worst_case(value) -> float:
     return v.nonnegative("worst_case", value)
 
 
-def _step_delta(value) -> float:
-    """One step's δ in [0, 1) (0: pure DP)."""
-    x = v.real("delta", value, "[0, 1)")
-    if not 0 <= x < 1:
-        raise InvalidParameter("delta", value, "[0, 1)")
-    return x
-
-
 class BudgetExceeded(PrivcheckError):
     """A charge would break the filter's invariant (a caller bug: charged more than it declared)."""
 
@@ -108,7 +100,7 @@ class ExPostFilter:
     def admits(self, worst_case: float, delta: float = 0.0) -> bool:
         """True iff spent + worst_case ≤ E (decided on the certified upper end) and δ still fits (an infinite
         worst case is never admitted)."""
-        worst_case, delta = _worst_case(worst_case), _step_delta(delta)
+        worst_case, delta = _worst_case(worst_case), v.half_open_unit("delta", delta)
         if not math.isfinite(worst_case):
             return False
         fits = float_up(self._spent + arb(worst_case)) <= self.budget
@@ -117,13 +109,14 @@ class ExPostFilter:
         return fits
 
     def refuse(self, label: str, worst_case: float, delta: float = 0.0) -> None:
-        self.entries.append(FilterEntry(label, _worst_case(worst_case), None, _step_delta(delta), True, self.spent))
+        delta = v.half_open_unit("delta", delta)
+        self.entries.append(FilterEntry(label, _worst_case(worst_case), None, delta, True, self.spent))
 
     def charge(self, label: str, realised: float, worst_case: float, delta: float = 0.0) -> None:
         """Record a run's realised ex-post loss. In provable mode the run must have been admitted with
         this `worst_case` and the realised loss may not exceed it."""
         realised = v.nonnegative("realised", realised)
-        worst_case, delta = _worst_case(worst_case), _step_delta(delta)
+        worst_case, delta = _worst_case(worst_case), v.half_open_unit("delta", delta)
         if self.provable:
             if realised > worst_case:
                 raise BudgetExceeded(f"{label}: realised loss {realised} exceeds its declared worst case {worst_case}")

@@ -39,13 +39,6 @@ def _epsilon(value) -> float:
     return v.nonnegative("epsilon", value)
 
 
-def _delta(value) -> float:
-    x = v.real("delta", value, "[0, 1)")
-    if not 0 <= x < 1:
-        raise InvalidParameter("delta", value, "[0, 1) (0: pure DP)")
-    return x
-
-
 def _below_one(log_value) -> bool:
     """True when the ball `log_value()` (a log δ') is certainly < 0; False when not (undecided counts as not:
     fail closed)."""
@@ -96,8 +89,8 @@ def group_privacy(epsilon, delta, k) -> AccountingRecord:
     refused, not capped). δ = 0 gives (k·ε, 0).
     """
     epsilon = _epsilon(epsilon)
-    delta = _delta(delta)
-    k = v.bounded_count("k", k, MAX_GROUP_SIZE)
+    delta = v.half_open_unit("delta", delta)
+    k = v.count("k", k, maximum=MAX_GROUP_SIZE)
     limit = MAX_GROUP_SIZE
     if epsilon > 0:     # k·ε must be a finite float
         limit = min(limit, int(Fraction(_MAX_FLOAT) / Fraction(epsilon)))
@@ -122,7 +115,7 @@ def replace_one(epsilon, delta) -> AccountingRecord:
     epsilon = _epsilon(epsilon)
     if epsilon > _MAX_FLOAT / 2:    # 2ε must be a finite float (halving the largest float is exact)
         raise InvalidParameter("epsilon", epsilon, f"[0, {_MAX_FLOAT / 2!r}] (2ε must be a finite float)")
-    delta = _delta(delta)
+    delta = v.half_open_unit("delta", delta)
     # log((1 + e^ε)·δ) = ε + log1p(e^−ε) + log δ: no e^ε is formed, so a huge ε costs nothing
     log_delta = lambda: arb(epsilon) + (-arb(epsilon)).exp().log1p() + arb(delta).log()  # noqa: E731
     if delta > 0 and not _below_one(log_delta):

@@ -73,12 +73,7 @@ _check_pld_signature()
 
 def check_interval(name: str, value) -> float:
     """A PLD lattice interval in INTERVAL_RANGE."""
-    lo, hi = INTERVAL_RANGE
-    allowed = f"[{lo:g}, {hi:g}] (a PLD lattice interval)"
-    x = v.real(name, value, allowed)
-    if not lo <= x <= hi:
-        raise InvalidParameter(name, value, allowed)
-    return x
+    return v.closed_range(name, value, *INTERVAL_RANGE, "a PLD lattice interval")
 
 
 def _validate(q, sigma, steps, delta, *, closed_form: bool = False):
@@ -86,7 +81,7 @@ def _validate(q, sigma, steps, delta, *, closed_form: bool = False):
     methods of one round (`closed_form`), which need no lattice."""
     check_sigma = v.positive if closed_form else pld_certified.check_noise
     return (v.sampling_rate("sampling_rate", q), check_sigma("noise_multiplier", sigma),
-            v.bounded_count("steps", steps, pld_certified.MAX_STEPS), pld_certified.check_delta("delta", delta))
+            v.count("steps", steps, maximum=pld_certified.MAX_STEPS), pld_certified.check_delta("delta", delta))
 
 
 # --- PLD (reported figure) ------------------------------------------------------------------------

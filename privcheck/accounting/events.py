@@ -129,7 +129,7 @@ class PoissonGaussianEvent(Event):
         _set(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
         # any σ > 0 describes a mechanism; the accountants' σ range (NOISE_RANGE) is checked when ε is computed
         _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
-        _set(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
+        _set(self, "steps", v.count("steps", self.steps, maximum=MAX_STEPS))
         relation = NeighboringRelation.coerce(self.relation)
         if relation is NeighboringRelation.SCORE_SENSITIVITY:
             raise InvalidParameter("relation", relation.value, "'add_remove' or 'replace_one'")
@@ -232,7 +232,7 @@ class PrivBoNEvent(Event):
         _set(self, "r_lo", float(r_lo))
         _set(self, "r_max", r_hi)
         if self.candidates is not None:
-            _set(self, "candidates", v.bounded_count("candidates", self.candidates, MAX_CANDIDATES))
+            _set(self, "candidates", v.count("candidates", self.candidates, maximum=MAX_CANDIDATES))
             if r_hi is None:
                 raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
 
@@ -257,7 +257,7 @@ def _halting_time(t, n: int):
     if t is None:
         return None
     try:
-        return v.bounded_count("halting_time", t, n)
+        return v.count("halting_time", t, maximum=n)
     except InvalidParameter:
         raise InvalidParameter("halting_time", t, f"an integer in [1, {n}] (or None for the fallback)") from None
 
@@ -305,7 +305,7 @@ class PrivITPWorstCaseEvent(Event):
     def __post_init__(self):
         _set(self, "params", _params(self.params))
         _set(self, "lambda_tilde", v.finite("lambda_tilde", self.lambda_tilde))
-        _set(self, "rounds", v.bounded_count("rounds", self.rounds, self.params.candidates))
+        _set(self, "rounds", v.count("rounds", self.rounds, maximum=self.params.candidates))
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,7 @@ class GaussianReportNoisyMaxEvent(Event):
     needs_delta: ClassVar[bool] = False
 
     def __post_init__(self):
-        _set(self, "queries", v.bounded_count("queries", self.queries, COUNT_MAX))
+        _set(self, "queries", v.count("queries", self.queries, maximum=COUNT_MAX))
         _set(self, "sigma", v.positive("sigma", self.sigma))
         _set_scores(self)
 
@@ -342,7 +342,7 @@ class GaussianAboveThresholdEvent(Event):
     needs_delta: ClassVar[bool] = False
 
     def __post_init__(self):
-        _set(self, "halting_time", v.bounded_count("halting_time", self.halting_time, COUNT_MAX))
+        _set(self, "halting_time", v.count("halting_time", self.halting_time, maximum=COUNT_MAX))
         _set(self, "threshold", v.finite("threshold", self.threshold))
         _set(self, "sigma_threshold", v.positive("sigma_threshold", self.sigma_threshold))
         _set(self, "sigma_query", v.positive("sigma_query", self.sigma_query))

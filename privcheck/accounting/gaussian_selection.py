@@ -335,7 +335,7 @@ def gaussian_rnm_eps(d, sigma, sensitivity, a=0.0, b=1.0) -> AccountingRecord:
     ε_RNM = log J(a − b + 2Δ) − log J(a − b), J(y) = ∫ φ(z)·Φ(z + y/σ)^{d−1} dz.
     Proof: docs/selection.md.
     """
-    d = v.bounded_count("queries", d, COUNT_MAX)
+    d = v.count("queries", d, maximum=COUNT_MAX)
     sigma = v.positive("sigma", sigma)
     a, b = score_range(a, b)
     sensitivity = range_sensitivity(sensitivity, a, b)
@@ -376,7 +376,7 @@ def gaussian_at_expost_eps(t, rho, sigma_threshold, sigma_query, sensitivity, a=
     I(v) = ∫ φ(x)·Φ((ρ + σ_X x − b + v)/σ_Z)^{t−1}·Φ((a + v − ρ − σ_X x)/σ_Z) dx.
     Proof: docs/selection.md.
     """
-    t = v.bounded_count("halting_time", t, COUNT_MAX)
+    t = v.count("halting_time", t, maximum=COUNT_MAX)
     rho = v.finite("threshold", rho)
     sigma_X = v.positive("sigma_threshold", sigma_threshold)
     sigma_Z = v.positive("sigma_query", sigma_query)

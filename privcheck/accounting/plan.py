@@ -50,13 +50,13 @@ class DPSGDPlan:
 
     def __post_init__(self):
         s = object.__setattr__
-        s(self, "records", v.bounded_count("records", self.records, MAX_RECORDS))
+        s(self, "records", v.count("records", self.records, maximum=MAX_RECORDS))
         s(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
         s(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
         s(self, "clip_norm", v.positive("clip_norm", self.clip_norm))
-        s(self, "steps", v.bounded_count("steps", self.steps, MAX_STEPS))
+        s(self, "steps", v.count("steps", self.steps, maximum=MAX_STEPS))
         s(self, "delta", v.open_unit("delta", self.delta))
-        s(self, "canaries", v.bounded_count("canaries", self.canaries, MAX_RECORDS - self.records, minimum=0))
+        s(self, "canaries", v.count("canaries", self.canaries, minimum=0, maximum=MAX_RECORDS - self.records))
         relation = NeighboringRelation.coerce(self.relation)
         if relation is NeighboringRelation.SCORE_SENSITIVITY:
             raise InvalidParameter("relation", relation.value, "'add_remove' or 'replace_one'")

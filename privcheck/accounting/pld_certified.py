@@ -1005,7 +1005,7 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     if relation not in ("add_remove", "replace_one"):
         raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
     phases = check_phases(tuple((v.sampling_rate("sampling_rate", q), check_noise("noise_multiplier", s),
-                                 v.bounded_count("steps", t, MAX_STEPS)) for q, s, t in phases))
+                                 v.count("steps", t, maximum=MAX_STEPS)) for q, s, t in phases))
     deltas = tuple(check_delta("delta", d) for d in deltas)
     if not deltas:
         raise InvalidParameter("deltas", deltas, "at least one δ in (0, 1)")
@@ -1058,12 +1058,7 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
 
 def check_noise(name: str, value) -> float:
     """A noise multiplier σ in NOISE_RANGE."""
-    lo, hi = NOISE_RANGE
-    allowed = f"[{lo:g}, {hi:g}]"
-    x = v.real(name, value, allowed)
-    if not lo <= x <= hi:
-        raise InvalidParameter(name, value, allowed)
-    return x
+    return v.closed_range(name, value, *NOISE_RANGE)
 
 
 def check_delta(name: str, value) -> float:

@@ -150,7 +150,7 @@ def privbon_epsilon(sensitivity, sigma, *, candidates=None, r_max=None, r_lo=0.0
     cert = nominal
     method = "exponential_mechanism_nominal"
     if candidates is not None:
-        n = v.bounded_count("candidates", candidates, MAX_CANDIDATES)
+        n = v.count("candidates", candidates, maximum=MAX_CANDIDATES)
         inputs["candidates"] = n
         if r_max is None:
             raise InvalidParameter("r_max", None, "a finite upper score bound when candidates is given")
@@ -184,7 +184,7 @@ def privbon_sigma(sensitivity, epsilon, *, candidates=None, r_max=None, r_lo=0.0
     if tight:
         if candidates is None or r_max is None:
             raise InvalidParameter("candidates", candidates, "an integer >= 1 (with r_max) for tight calibration")
-        n = v.bounded_count("candidates", candidates, MAX_CANDIDATES)
+        n = v.count("candidates", candidates, maximum=MAX_CANDIDATES)
         inputs.update(candidates=n, r_lo=r_lo, r_max=r_hi)
         holds = ThresholdPredicate(lambda s: _bon_ball(n, r_lo, r_hi, sensitivity, s), epsilon)
         br = certified_crossing(holds, nominal, domain=(nominal * 1e-6, nominal), increasing=True)
@@ -215,7 +215,7 @@ class PrivITPParams:
     def __post_init__(self):
         r_lo, r_hi = _score_range(self.r_lo, self.r_max)
         set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
-        set_("candidates", v.bounded_count("candidates", self.candidates, MAX_CANDIDATES))
+        set_("candidates", v.count("candidates", self.candidates, maximum=MAX_CANDIDATES))
         set_("beta", v.positive("beta", self.beta))
         set_("sigma_x", v.positive("sigma_x", self.sigma_x))
         set_("sigma_z", v.positive("sigma_z", self.sigma_z))
@@ -553,7 +553,7 @@ def privitp_worst_phase2(params: PrivITPParams, lambda_tilde: float, rounds: int
     """Certified upper bound on the largest Phase-2 loss when the loop is capped at `rounds`:
     (rounds − 1)·κ + max(κ_acc, κ) (acceptance at the last round, or the fallback at rounds·κ)."""
     privitp_check_range(params, lambda_tilde)
-    rounds = v.bounded_count("rounds", rounds, params.candidates)   # the loop holds n candidates at most
+    rounds = v.count("rounds", rounds, maximum=params.candidates)   # the loop holds n candidates at most
     pair = privitp_kappa(params, lambda_tilde)
     ball = arb(rounds - 1) * pair.kappa_ball + pair.kappa_acc_ball.max(pair.kappa_ball)
     return float_up(ball)

@@ -40,8 +40,8 @@ class DataConfig:
     resolution: int = 1024
 
     def validate(self) -> "DataConfig":
-        prompts = v.bounded_count("prompts", self.prompts, LIMITS["prompts"], minimum=2)
-        pool = v.bounded_count("pool_size", self.pool_size, LIMITS["pool_size"], minimum=2)
+        prompts = v.count("prompts", self.prompts, minimum=2, maximum=LIMITS["prompts"])
+        pool = v.count("pool_size", self.pool_size, minimum=2, maximum=LIMITS["pool_size"])
         if prompts * pool > LIMITS["pool_entries"]:
             raise InvalidParameter("pool_size", self.pool_size, f"[2, {LIMITS['pool_entries'] // prompts}] with "
                                    f"{prompts} prompts (prompts·pool_size <= {LIMITS['pool_entries']})")
@@ -53,7 +53,7 @@ class DataConfig:
                 raise InvalidParameter(name, getattr(self, name), "0 <= lo <= hi <= 1 (mean_range: 0 < lo <= hi < 1)")
         v.positive("concentration", self.concentration)
         v.nonnegative("proxy_noise", self.proxy_noise)
-        v.bounded_count("resolution", self.resolution, LIMITS["resolution"], minimum=2)
+        v.count("resolution", self.resolution, minimum=2, maximum=LIMITS["resolution"])
         return self
 
 
@@ -97,8 +97,8 @@ class SimulationConfig:
         ns = [v.count("ns", n) for n in self.ns]
         if any(b <= a for a, b in zip(ns, ns[1:])) or ns[-1] > 65536:
             raise InvalidParameter("ns", self.ns, "a non-empty tuple of increasing integers in [1, 65536]")
-        v.bounded_count("replicates", self.replicates, LIMITS["replicates"])
-        v.bounded_count("bootstrap", self.bootstrap, LIMITS["bootstrap"], minimum=20)
+        v.count("replicates", self.replicates, maximum=LIMITS["replicates"])
+        v.count("bootstrap", self.bootstrap, minimum=20, maximum=LIMITS["bootstrap"])
         v.positive("beta", self.beta)
         if not isinstance(self.sigmas, tuple) or not self.sigmas:
             raise InvalidParameter("sigmas", self.sigmas, "a non-empty tuple of increasing positive reals")
@@ -117,10 +117,10 @@ class SimulationConfig:
             raise InvalidParameter("grid_step", self.grid_step, "(0, 0.25] (units of σ_X)")
         if v.positive("grid_halfwidth", self.grid_halfwidth) < 8.0:
             raise InvalidParameter("grid_halfwidth", self.grid_halfwidth, "[8, inf) (units of σ_X)")
-        v.bounded_count("filter_n", self.filter_n, LIMITS["filter_n"])
+        v.count("filter_n", self.filter_n, maximum=LIMITS["filter_n"])
         v.positive("filter_budget", self.filter_budget)
-        v.bounded_count("filter_seeds", self.filter_seeds, LIMITS["filter_seeds"])
-        v.bounded_count("filter_max_queries", self.filter_max_queries, LIMITS["filter_max_queries"])
+        v.count("filter_seeds", self.filter_seeds, maximum=LIMITS["filter_seeds"])
+        v.count("filter_max_queries", self.filter_max_queries, maximum=LIMITS["filter_max_queries"])
         return self
 
     def params(self, sigma: float, candidates: int) -> PrivITPParams:
