@@ -115,6 +115,16 @@ def _target(value) -> float:
     return x
 
 
+def _pld_target(value) -> float:
+    """A target ε of a Poisson-subsampled Gaussian family, in (0, PLD_TARGET_MAX]."""
+    allowed = (f"(0, {PLD_TARGET_MAX:g}] for a Poisson-subsampled Gaussian family (the certified PLD widens above a "
+               "few thousand)")
+    x = v.real("epsilon", value, allowed)
+    if not 0 < x <= PLD_TARGET_MAX:
+        raise InvalidParameter("epsilon", value, allowed)
+    return x
+
+
 _CACHE: dict[tuple, Calibration] = {}
 
 
@@ -156,9 +166,8 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     start = time.perf_counter()
     evals = 0
     pld = hasattr(probe, "sampling_rate") or hasattr(probe, "phases")
-    if pld and target > PLD_TARGET_MAX:
-        raise InvalidParameter("epsilon", target, f"(0, {PLD_TARGET_MAX:g}] for a Poisson-subsampled Gaussian family "
-                                                  "(the certified PLD widens above a few thousand)")
+    if pld:
+        _pld_target(target)
     if pld and delta < FLOAT_PLD_DELTA_MIN:
         raise InvalidParameter("delta", delta, f"[{FLOAT_PLD_DELTA_MIN:g}, 1) for a calibration (its search runs on "
                                                "dp-accounting's float PLD, which truncates 1e-15 of the mass)")
@@ -291,7 +300,7 @@ def calibrate_sigma(sampling_rate, steps, delta, target_epsilon, *, interval: fl
     q = v.sampling_rate("sampling_rate", sampling_rate)
     T = v.count("steps", steps, maximum=MAX_STEPS)
     delta = v.open_unit("delta", delta)
-    target = _target(target_epsilon)
+    target = _pld_target(target_epsilon)
     interval = check_interval("interval", interval)
     coarse = check_interval("coarse", coarse)
     sigma_tol = v.positive("sigma_tol", sigma_tol)
@@ -372,7 +381,7 @@ def calibrate_steps(sampling_rate, noise_multiplier, delta, target_epsilon, *,
     q = v.sampling_rate("sampling_rate", sampling_rate)
     sigma = check_noise("noise_multiplier", noise_multiplier)
     delta = v.open_unit("delta", delta)
-    target = _target(target_epsilon)
+    target = _pld_target(target_epsilon)
     interval = check_interval("interval", interval)
     return calibrate(lambda t: PoissonGaussianEvent(q, sigma, t), target, delta, parameter="steps",
                      interval=interval,
