@@ -65,6 +65,10 @@ def positive(valid: tuple, *, more: tuple = ()) -> Flag:
     return real(valid, more=("0", "-1", *more))
 
 
+def nonnegative(valid: tuple) -> Flag:
+    return real(valid, more=("-1", "-1e-300"))
+
+
 def open_unit(valid: tuple) -> Flag:
     return real(valid, more=("0", "1", "-0.5", "1.5"))
 
@@ -176,16 +180,14 @@ SPECS = [
         "--delta": open_unit(("1e-5",)), "--epsilon": positive(("1",))},
         required=("--sampling-rate", "--noise-multiplier", "--delta", "--epsilon")),
     Spec(("convert", "group"), {"--epsilon": "1", "--delta": "1e-5", "--k": "2"}, {
-        "--epsilon": positive(("1",)), "--delta": open_unit(("1e-5",)),
+        "--epsilon": nonnegative(("0", "1")), "--delta": half_open_unit(),
         "--k": count(1, MAX_GROUP_SIZE, ("2", "1")), "--json": SWITCH_FLAG},
         required=("--epsilon", "--delta", "--k")),
     Spec(("convert", "replace-one"), {"--epsilon": "1", "--delta": "1e-5"}, {
-        "--epsilon": positive(("1",)), "--delta": open_unit(("1e-5",)), "--json": SWITCH_FLAG},
+        "--epsilon": nonnegative(("0", "1")), "--delta": half_open_unit(), "--json": SWITCH_FLAG},
         required=("--epsilon", "--delta")),
-    # --out of verify is claimed by cmd_verify, wired on another branch: its hostile paths are pinned in
-    # tests/test_cli_hostile.py; here only valid ones.
     Spec(("verify",), {"--out": "{out}"}, {
-        "--out": Flag(("{out}",), ()), "--suite": Flag((("accounting",), ("audits", "selection")), (("bogus",),)),
+        "--out": out(), "--suite": Flag((("accounting",), ("audits", "selection")), (("bogus",),)),
         "--seed": seed(), "--json": SWITCH_FLAG},
         required=("--out",), work=("privcheck.verify:_load",), writes=True),
     Spec(("report",), {}, {"--json": SWITCH_FLAG},
