@@ -31,7 +31,7 @@ from privcheck import validation as v
 from privcheck.accounting.accountant import epsilon, epsilon_value
 from privcheck.accounting.dpsgd import DEFAULT_INTERVAL, FLOAT_PLD_DELTA_MIN, INTERVAL_RANGE, check_interval
 from privcheck.accounting.events import Event, NeighboringRelation, PoissonGaussianEvent
-from privcheck.accounting.gaussian import EPS_MAX
+from privcheck.accounting.gaussian import check_epsilon
 from privcheck.accounting.pld_certified import MAX_STEPS, NOISE_RANGE, check_noise
 from privcheck.accounting.records import AccountingRecord
 from privcheck.environment import library_versions
@@ -106,15 +106,6 @@ class Calibration:
 PARAMETERS = ("noise_multiplier", "steps")
 
 
-def _target(value) -> float:
-    """A target ε in (0, EPS_MAX] (the one ceiling for every ε; a larger ε is no guarantee worth calibrating to)."""
-    allowed = f"(0, {EPS_MAX:g}]"
-    x = v.real("epsilon", value, allowed)
-    if not 0 < x <= EPS_MAX:
-        raise InvalidParameter("epsilon", value, allowed)
-    return x
-
-
 def _pld_target(value) -> float:
     """A target ε of a Poisson-subsampled Gaussian family, in (0, PLD_TARGET_MAX]."""
     allowed = (f"(0, {PLD_TARGET_MAX:g}] for a Poisson-subsampled Gaussian family (the certified PLD widens above a "
@@ -154,7 +145,7 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
     """
     if parameter not in PARAMETERS:
         raise InvalidParameter("parameter", parameter, " or ".join(repr(p) for p in PARAMETERS))
-    target = _target(target_epsilon)
+    target = check_epsilon(target_epsilon)
     if interval is None:
         interval = SEARCH_INTERVAL if parameter == "noise_multiplier" else DEFAULT_INTERVAL
     interval = check_interval("interval", interval)

@@ -34,8 +34,8 @@ from privcheck.numerics.ball import ThresholdPredicate, decide, normal_cdf, norm
 from privcheck.numerics.bracket import certified_log_crossing
 from privcheck.numerics.certified import Certified, float_down, float_up
 
-__all__ = ["EPS_MAX", "SIGMA_MAX", "delta_ball", "delta_float", "dp_to_gdp", "gaussian_epsilon", "gaussian_sigma",
-           "gdp_to_dp", "mu_bounds", "mu_max"]
+__all__ = ["EPS_MAX", "SIGMA_MAX", "check_epsilon", "delta_ball", "delta_float", "dp_to_gdp", "gaussian_epsilon",
+           "gaussian_sigma", "gdp_to_dp", "mu_bounds", "mu_max"]
 
 EPS_MAX = 1e4       # ceiling for every ε, input or answer (a larger ε is meaningless as a DP guarantee)
 SIGMA_MAX = 1e300   # ceiling for a calibrated σ (a larger one is not a useful float)
@@ -112,7 +112,8 @@ def _check_mu(name: str, value, mu_exact: Fraction, delta: float) -> float:
     return top
 
 
-def _interval_eps(epsilon) -> float:
+def check_epsilon(epsilon) -> float:
+    """An ε in (0, EPS_MAX] (the one ceiling for every ε, input or target: a larger ε is no guarantee)."""
     allowed = f"(0, {EPS_MAX:g}]"
     x = v.real("epsilon", epsilon, allowed)
     if not 0 < x <= EPS_MAX:
@@ -192,7 +193,7 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> Ac
     Legal range: 0 < ε ≤ EPS_MAX, 0 < δ < 1, Δ > 0 with Δ/μ_lo(ε, δ) ≤ SIGMA_MAX (`mu_bounds`), so that the
     answer σ = Δ/μ* is a float. The search is over μ; σ = Δ/μ is rounded up from the certified μ end.
     """
-    epsilon = _interval_eps(epsilon)
+    epsilon = check_epsilon(epsilon)
     delta = v.open_unit("delta", delta)
     sensitivity = v.positive("sensitivity", sensitivity)
     mu_lo, _ = mu_bounds(epsilon, delta)
@@ -235,7 +236,7 @@ def dp_to_gdp(epsilon: float, delta: float) -> AccountingRecord:
 
     Legal range: 0 < ε ≤ EPS_MAX, 0 < δ < 1.
     """
-    epsilon = _interval_eps(epsilon)
+    epsilon = check_epsilon(epsilon)
     delta = v.open_unit("delta", delta)
     start = time.perf_counter()
     br, prec = _certified_mu(epsilon, delta)
