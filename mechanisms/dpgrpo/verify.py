@@ -38,7 +38,8 @@ from mechanisms.dpgrpo.fixtures import PREFLIGHT_BASE_DTYPES, preflight_fixture,
 from mechanisms.dpgrpo.randomness import make_randomness
 from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
 from mechanisms.dpgrpo.rollouts import make_group, token_logprobs
-from mechanisms.dpgrpo.whole_step import whole_step_bindings
+from mechanisms.dpgrpo.whole_run import whole_run_bindings
+from mechanisms.dpgrpo.whole_step import whole_step_bindings, whole_step_fixture
 from privcheck.errors import InvalidParameter
 
 __all__ = ["BINDING_NAMES", "PREFLIGHT", "PREFLIGHT_BASE_DTYPES", "PREFLIGHT_V3", "REFERENCE", "RandomnessHandle",
@@ -493,8 +494,11 @@ def run_suite(seed: int | None = None):
     torch.use_deterministic_algorithms(True)
     try:
         trainer, bindings = reference_setup(seed)
-        # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py)
-        bindings = dataclasses.replace(bindings, whole_step=whole_step_bindings(seed=seed), precision="float64")
+        # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py);
+        # the whole-run checks its whole `train()` with noise replay (mechanisms/dpgrpo/whole_run.py)
+        fixture = whole_step_fixture(seed)
+        bindings = dataclasses.replace(bindings, whole_step=whole_step_bindings(fixture, seed=seed),
+                                       whole_run=whole_run_bindings(fixture, seed=seed), precision="float64")
         # the user-facing catalogue, then privcheck's self-check of its own accountant (V12, Table VI)
         checks = run_checks(bindings, precision="float64", checks=[*CHECKS, *SELF_CHECKS])
         checks += run_preflight(seed)

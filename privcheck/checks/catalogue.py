@@ -3,7 +3,8 @@
 - `DPSGD_CHECKS`: generic DP-SGD checks, for any Poisson-sampled, clipped, Gaussian-noised trainer (example level
   as in Opacus, prompt level as in DP-GRPO): clip_contract, sensitivity_add_remove, poisson_sampling,
   record_isolation, public_normalisation, noise_calibration, fresh_randomness, accountant_agreement, then the
-  whole-step checks of `privcheck.checks.whole_step` (`WHOLE_STEP_CHECKS`).
+  whole-step checks of `privcheck.checks.whole_step` (`WHOLE_STEP_CHECKS`) and the whole-run checks of
+  `privcheck.checks.whole_run` (`WHOLE_RUN_CHECKS`).
 - `GRPO_CHECKS`: GRPO-specific checks: loss_reference, nonprivate_equivalence, constant_reward_groups,
   chunk_identity.
 - `CHECKS`: the full user-facing catalogue, `DPSGD_CHECKS` then `GRPO_CHECKS`, in that order.
@@ -20,13 +21,13 @@ import dataclasses
 from typing import Callable, Sequence
 
 from privcheck.artifacts.records import CheckResult
-from privcheck.checks import dpsgd, grpo
+from privcheck.checks import dpsgd, grpo, whole_run
 from privcheck.checks.common import SuiteBindings, assert_no_dropout
 from privcheck.checks.precision import resolve_precision, tolerances
 from privcheck.errors import InvalidParameter
 
 __all__ = ["CHECKS", "DPSGD_CHECKS", "GRPO_CHECKS", "PREFLIGHT_CHECKS", "PREFLIGHT_PRECISIONS", "PREFLIGHT_TOLERANCES",
-           "SELF_CHECKS", "WHOLE_STEP_CHECKS", "check_names", "precision_preflight", "run_suite"]
+           "SELF_CHECKS", "WHOLE_RUN_CHECKS", "WHOLE_STEP_CHECKS", "check_names", "precision_preflight", "run_suite"]
 
 # generic DP-SGD checks that do not drive the whole step (the whole-step checks are appended on first access)
 _DPSGD_PARTS: dict[str, Callable[..., CheckResult]] = {
@@ -63,10 +64,11 @@ def _whole_step_checks() -> dict[str, Callable[..., CheckResult]]:
 
 
 WHOLE_STEP_CHECKS: dict[str, Callable[..., CheckResult]] = _whole_step_checks()
-DPSGD_CHECKS: dict[str, Callable[..., CheckResult]] = {**_DPSGD_PARTS, **WHOLE_STEP_CHECKS}
+WHOLE_RUN_CHECKS: dict[str, Callable[..., CheckResult]] = dict(whole_run.WHOLE_RUN_CHECKS)
+DPSGD_CHECKS: dict[str, Callable[..., CheckResult]] = {**_DPSGD_PARTS, **WHOLE_STEP_CHECKS, **WHOLE_RUN_CHECKS}
 CHECKS: dict[str, Callable[..., CheckResult]] = {**DPSGD_CHECKS, **GRPO_CHECKS}
 if len(CHECKS) + len(SELF_CHECKS) != len({**CHECKS, **SELF_CHECKS}) or \
-        len(DPSGD_CHECKS) != len(_DPSGD_PARTS) + len(WHOLE_STEP_CHECKS) or \
+        len(DPSGD_CHECKS) != len(_DPSGD_PARTS) + len(WHOLE_STEP_CHECKS) + len(WHOLE_RUN_CHECKS) or \
         len(CHECKS) != len(DPSGD_CHECKS) + len(GRPO_CHECKS):
     raise RuntimeError("check names clash between the catalogues")
 

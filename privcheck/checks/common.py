@@ -83,6 +83,9 @@ class SuiteBindings:
     # whole-step checks (privcheck.checks.whole_step): a `WholeStepBindings` that builds fresh runs of the
     # user's real training step on neighbouring datasets
     whole_step: Any = None
+    # whole-run checks (privcheck.checks.whole_run): a `WholeRunBindings` that runs the user's whole training on
+    # neighbouring datasets with noise replay (docs/whole_run.md)
+    whole_run: Any = None
     # the user's own accounting, compared with privcheck's PLD by `accountant_agreement`: the event describing
     # the run (a PoissonGaussianEvent or CompositionHistory at the user's q, σ, T), δ, and the ε the user's
     # accountant reports (a float, or a callable () -> float)

@@ -36,8 +36,9 @@ docs/checks.md):
   chunked and unchunked forwards of a bfloat16 base differ by a few u_bf16; V13).
 - public_normalisation `ulp_dtype`: the update's dtype, float32 below float64 (2 ulp of that dtype).
 - the whole-step checks (step_sensitivity, step_public_outputs, step_noise, step_record_isolation,
-  step_poisson_sampling): the row of `privcheck.checks.whole_step.WHOLE_STEP_TOLERANCES` for the precision
-  (record_rel, public_ulps, hat_multiple, eps; justified there and in docs/whole_step.md), read from that module.
+  step_poisson_sampling) and the whole-run checks (run_*): the row of
+  `privcheck.checks.whole_step.WHOLE_STEP_TOLERANCES` for the precision (record_rel, public_ulps, hat_multiple,
+  eps; justified there and in docs/whole_step.md), read from that module.
 """
 
 from __future__ import annotations
@@ -85,8 +86,10 @@ def _with_whole_step(precision: str, rows: dict) -> dict:
         if exc.name != "privcheck.checks.whole_step":
             raise
         return rows
+    from privcheck.checks import whole_run  # the whole-run checks use the same table (docs/whole_run.md)
+
     row = whole_step.WHOLE_STEP_TOLERANCES[precision]
-    return {**rows, **{name: row for name in whole_step.WHOLE_STEP_CHECKS}}
+    return {**rows, **{name: row for name in (*whole_step.WHOLE_STEP_CHECKS, *whole_run.WHOLE_RUN_CHECKS)}}
 
 
 TOLERANCES: Mapping[str, Mapping[str, Mapping[str, Any]]] = types.MappingProxyType(

@@ -71,6 +71,7 @@ from privcheck.checks.catalogue import (
     PREFLIGHT_PRECISIONS,
     PREFLIGHT_TOLERANCES,
     SELF_CHECKS,
+    WHOLE_RUN_CHECKS,
     WHOLE_STEP_CHECKS,
     check_names,
     precision_preflight,
@@ -97,8 +98,8 @@ from privcheck.checks.grpo import (
 from privcheck.checks.precision import PRECISIONS, TOLERANCES, resolve_precision, tolerances
 
 __all__ = ["CHECKS", "DPSGD_CHECKS", "GRPO_CHECKS", "PRECISIONS", "PREFLIGHT_CHECKS", "PREFLIGHT_PRECISIONS",
-           "PREFLIGHT_TOLERANCES", "SELF_CHECKS", "SUITE", "TOLERANCES", "WHOLE_STEP_CHECKS", "DropoutEnabled",
-           "SkipCheck", "SuiteBindings", "assert_no_dropout", "check_accountant_agreement",
+           "PREFLIGHT_TOLERANCES", "SELF_CHECKS", "SUITE", "TOLERANCES", "WHOLE_RUN_CHECKS", "WHOLE_STEP_CHECKS",
+           "DropoutEnabled", "SkipCheck", "SuiteBindings", "assert_no_dropout", "check_accountant_agreement",
            "check_accountant_reference", "check_chunk_identity", "check_clip_contract",
            "check_constant_reward_groups", "check_fresh_randomness", "check_loss_reference", "check_names",
            "check_noise_calibration", "check_nonprivate_equivalence", "check_poisson_sampling",

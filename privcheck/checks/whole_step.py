@@ -36,16 +36,22 @@ probability below 1e-7 each. torch is imported lazily.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.observation import compare_public as _compare_public
+from privcheck.checks.observation import flat_grads as _flat_grads
+from privcheck.checks.observation import grad_dtype as _grad_dtype
+from privcheck.checks.observation import norm as _norm
+from privcheck.checks.observation import public_leaves
+from privcheck.checks.observation import write_grads as _write_grads
 from privcheck.errors import InvalidParameter
 
 __all__ = ["CASES", "StepRun", "WHOLE_STEP_CHECKS", "WHOLE_STEP_TOLERANCES", "WholeStepBindings",
            "check_step_noise", "check_step_poisson_sampling", "check_step_public_outputs",
-           "check_step_record_isolation", "check_step_sensitivity", "public_leaves"]
+           "check_step_record_isolation", "check_step_sensitivity", "neighbour_pairs", "public_leaves"]
 
 SUITE = "dpgrpo"
 CASES = ("add", "remove", "empty", "small")
@@ -208,74 +214,8 @@ def _present(ws, dataset) -> list[int]:
     return [i for i, x in enumerate(dataset) if not _is_absent(ws, x)]
 
 
-def _flat_grads(params):
-    import torch
-
-    parts = []
-    for p in params:
-        g = p.grad
-        parts.append(torch.zeros(p.numel(), dtype=torch.float64) if g is None
-                     else g.detach().reshape(-1).to(device="cpu", dtype=torch.float64))
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def _grad_dtype(params):
-    for p in params:
-        if p.grad is not None:
-            return p.grad.dtype
-    return params[0].dtype if params else None
-
-
-def _write_grads(params, flat) -> None:
-    import torch
-
-    off = 0
-    with torch.no_grad():
-        for p in params:
-            k = p.numel()
-            v = flat[off:off + k].reshape(p.shape).to(dtype=p.dtype, device=p.device)
-            if p.grad is None:
-                p.grad = v.clone()
-            else:
-                p.grad.copy_(v)
-            off += k
-
-
-def public_leaves(prefix: str, value, out: dict | None = None, _depth: int = 0) -> dict:
-    """Flatten a public output into {dotted name: leaf}: mappings by ".key", sequences by "[i]", dataclasses by
-    field; tensors (cloned to CPU), numbers, strings, bools and None are leaves; anything else is its `repr`."""
-    out = {} if out is None else out
-    try:
-        import torch
-        tensor_type = torch.Tensor
-    except ImportError:  # pragma: no cover - torch is a dependency of every whole-step binding
-        tensor_type = ()
-    if _depth > 24:
-        out[prefix] = repr(value)
-    elif tensor_type and isinstance(value, tensor_type):
-        out[prefix] = value.detach().to("cpu").clone()
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            public_leaves(f"{prefix}.{k}" if prefix else str(k), v, out, _depth + 1)
-    elif isinstance(value, (list, tuple)):
-        if not value:
-            out[prefix] = type(value).__name__ + "()"
-        for i, v in enumerate(value):
-            public_leaves(f"{prefix}[{i}]", v, out, _depth + 1)
-    elif is_dataclass(value) and not isinstance(value, type):
-        for f in fields(value):
-            public_leaves(f"{prefix}.{f.name}", getattr(value, f.name), out, _depth + 1)
-    elif value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
-        out[prefix] = value
-    elif hasattr(value, "item") and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
-        out[prefix] = value.item()   # numpy scalar
-    elif hasattr(value, "__array__"):
-        import numpy as np
-
-        out[prefix] = torch.as_tensor(np.asarray(value))
-    else:
-        out[prefix] = repr(value)
-    return out
 
 
 def _snapshot(run, ret, n_steps, applied) -> dict:
@@ -377,7 +317,7 @@ class _Pair:
     index: int          # dataset index of the differing record in `big`
 
 
-def _pairs(ws: WholeStepBindings, cases: Sequence[str], small_base: int) -> list[_Pair]:
+def neighbour_pairs(ws: WholeStepBindings, cases: Sequence[str], small_base: int) -> list[_Pair]:
     R, x, k = list(ws.records), ws.addition, len(ws.records)
     out = []
     if ws.removal == "drop":
@@ -427,11 +367,6 @@ def _seeds_for(p: float) -> int:
     return math.ceil(math.log(MISS) / math.log1p(-p))
 
 
-def _norm(v) -> float:
-    import torch
-
-    return float(torch.linalg.vector_norm(v)) if v.numel() else 0.0
-
 
 def _sampling_anomalies(ws, dataset, sampled) -> list[str]:
     if sampled is None:
@@ -480,7 +415,7 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
         empty_seen = full_seen = False
         full_by_design = None
         observable = None
-        for pair in _pairs(ws, cases, small_base):
+        for pair in neighbour_pairs(ws, cases, small_base):
             m_big = len(_present(ws, pair.big))
             need_full = pair.label == "small"
             n_full = _seeds_for(q ** m_big) if need_full else 0
@@ -593,56 +528,6 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
 
 # --------------------------------------------------------------------------------------------- public outputs
 
-def _leaf_diff(a, b, ulps: int, eps_default: float):
-    """None when equal within `ulps` ulps (0 = bit-identical), else a short description."""
-    import torch
-
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return f"{type(a).__name__} vs {type(b).__name__}"
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return f"{tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}"
-        if not a.is_floating_point() and not a.is_complex():
-            return None if torch.equal(a, b) else "integer values differ"
-        x, y = a.to(torch.float64), b.to(torch.float64)
-        nan = torch.isnan(x) | torch.isnan(y)
-        if not torch.equal(torch.isnan(x), torch.isnan(y)):
-            return "NaN positions differ"
-        x, y = x[~nan], y[~nan]
-        if ulps == 0:
-            if torch.equal(x, y):
-                return None
-        else:
-            eps = torch.finfo(a.dtype).eps
-            scale = torch.maximum(x.abs(), y.abs())
-            inf_ok = torch.equal(torch.isinf(x), torch.isinf(y)) and torch.equal(x[torch.isinf(x)], y[torch.isinf(y)])
-            fin = torch.isfinite(x) & torch.isfinite(y)
-            if inf_ok and bool(((x - y).abs()[fin] <= ulps * eps * scale[fin]).all()):
-                return None
-        fin = torch.isfinite(x) & torch.isfinite(y)
-        return f"max |Δ| = {float((x - y).abs()[fin].max()) if bool(fin.any()) else math.inf:.3g}"
-    if isinstance(a, float) and isinstance(b, float):
-        if math.isnan(a) and math.isnan(b):
-            return None
-        if a == b or (ulps and abs(a - b) <= ulps * eps_default * max(abs(a), abs(b))):
-            return None
-        return f"{a!r} vs {b!r}"
-    if type(a) is not type(b) and not (isinstance(a, (int, float)) and isinstance(b, (int, float))
-                                       and not isinstance(a, bool) and not isinstance(b, bool)):
-        return f"{a!r} vs {b!r}"
-    return None if a == b else f"{a!r} vs {b!r}"
-
-
-def _compare_public(A: dict, B: dict, ulps: int, eps: float) -> dict:
-    out = {}
-    for key in sorted(set(A) | set(B)):
-        if key not in A or key not in B:
-            out[key] = "only in D'" if key not in A else "only in D"
-            continue
-        d = _leaf_diff(A[key], B[key], ulps, eps)
-        if d is not None:
-            out[key] = d
-    return out
 
 
 def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequence[str] | None = None,
@@ -673,7 +558,7 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
         leaks: dict[str, dict] = {}
         per_pair, failures, fix_paths = {}, [], set()
         n_fields = 0
-        for pair in _pairs(ws, cases, small_base):
+        for pair in neighbour_pairs(ws, cases, small_base):
             informative, t = 0, 0
             while t < n_min or (informative == 0 and t < max_seeds):
                 s = seed0 + t
