@@ -17,6 +17,8 @@ forms is replaced by the one the D run formed at the same step. Then:
 * at every step, before the replacement, ‖ĝ'_t − ĝ_t‖·divisor/C ≤ 1 + rounding (`run_sensitivity`): with the
   earlier updates replayed both runs are at the same θ_t, and coupled randomness (same coins for shared records,
   same noise) leaves the differing record's clipped contribution as the only difference;
+* every noisy update of runs on the empty dataset is N(0, (σC/divisor)²) per coordinate, at every step
+  (`run_noise`);
 * over many rounds of the trainer's own loader, each record's inclusions are independent Bernoulli(q) draws:
   rate per record, independence between consecutive rounds and within a round, batch sizes; exact binomial
   tests, false failure below 1e-7 (`run_poisson_sampling`).
@@ -29,6 +31,7 @@ and what `RunSession.attach` observes) is in docs/whole_run.md.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import io
 import logging
@@ -48,10 +51,12 @@ from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import derive_seed
 
 __all__ = ["RUN_CASES", "WHOLE_RUN_CHECKS", "CannotObserve", "RunSession", "WholeRunBindings",
-           "check_run_poisson_sampling", "check_run_public_outputs", "check_run_sensitivity", "seed_everything"]
+           "check_run_noise", "check_run_poisson_sampling", "check_run_public_outputs", "check_run_sensitivity",
+           "seed_everything"]
 
 RUN_CASES = ("add", "remove", "empty")
 SEED_NAMESPACE = "privcheck.checks.whole_run"
+SAMPLING_SEED0 = 1_000_000      # seeds of the sampling runs: SAMPLING_SEED0 + run (apart from the pairs' 0, 1, ...)
 MAX_FILE_BYTES = 1 << 30         # a file of the run's working directory is hashed only below this size
 
 
@@ -320,6 +325,8 @@ def _execute(wr: WholeRunBindings, dataset, seed: int, replay: list | None = Non
     session.public("root", logging.getLogger())     # every log record that reaches the root logger is public
     for name, obj in (wr.public or {}).items():
         session.public(name, obj)
+    # a declared dict or list outlives the run (a module-level metrics dict): every run starts from its state now
+    kept = {name: copy.deepcopy(obj) for name, obj in (wr.public or {}).items() if isinstance(obj, (dict, list))}
     cwd = os.getcwd()
     session._stdout = io.StringIO()
     error = None
@@ -337,6 +344,13 @@ def _execute(wr: WholeRunBindings, dataset, seed: int, replay: list | None = Non
     finally:
         os.chdir(cwd)
         session.close()
+        for name, saved in kept.items():
+            obj = wr.public[name]
+            if isinstance(obj, dict):
+                obj.clear()
+                obj.update(saved)
+            else:
+                obj[:] = saved
     public_leaves("returned", ret, end)
     end.update(_files(workdir))
     end["steps_taken"] = len(session.steps)
@@ -519,6 +533,10 @@ def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[st
                    "‖clip_C(g)‖ ≤ C over the public divisor, earlier noisy updates replayed", inputs, _observing(fn))
 
 
+def _step_of(name: str) -> int:
+    return int(name[5:name.index("]")]) if name.startswith("step[") else -1
+
+
 def check_run_public_outputs(b, precision: str | None = None, *, cases: Sequence[str] | None = None,
                              seeds: int | None = None) -> CheckResult:
     """`run_public_outputs`: with every noisy update replayed, every public output of the whole run is the same
@@ -537,11 +555,9 @@ def check_run_public_outputs(b, precision: str | None = None, *, cases: Sequence
         for pair, s, ref, nb in _replayed_pairs(b, cases, n_seeds):
             runs += 1
             nondet = _nondeterministic(wr, pair.small, s)
-            compared = []
-            for k in range(max(len(ref["steps"]), len(nb["steps"]))):
-                a = ref["steps"][k]["public"] if k < len(ref["steps"]) else {}
-                z = nb["steps"][k]["public"] if k < len(nb["steps"]) else {}
-                compared.append((f"step[{k}].", a, z))
+            # the steps both runs took (a different number of steps is the leak "steps_taken" of the end)
+            compared = [(f"step[{k}].", sa["public"], sz["public"]) for k, (sa, sz) in
+                        enumerate(zip(ref["steps"], nb["steps"]))]
             compared.append(("", ref["end"], nb["end"]))
             for sz in nb["steps"]:
                 through.add(sz["through"])
@@ -556,7 +572,9 @@ def check_run_public_outputs(b, precision: str | None = None, *, cases: Sequence
                                                                          "difference": what}})
                     entry["runs"] += 1
         failures = []
-        if leaks:
+        if leaks:   # the end of the run first (steps taken, files, returned value), then by step
+            order = sorted(leaks, key=lambda k: (k.startswith("step["), _step_of(k), k))
+            leaks = {k: leaks[k] for k in order}
             failures.append("leak: " + ", ".join(f"{k} ({v['first']['difference']}; {v['runs']}/{runs} runs)"
                                                  for k, v in list(leaks.items())[:8]))
         observed = {"leaks": leaks, "leak_fields": sorted(leaks), "fields_compared": n_fields, "runs": runs,
@@ -601,7 +619,7 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
         m, q = len(present), float(wr.sampling_rate)
         rounds, failures, lengths = [], [], set()
         for t in range(n_runs):
-            out = _execute(wr, dataset, derive_seed(t, "sampling", SEED_NAMESPACE))
+            out = _execute(wr, dataset, SAMPLING_SEED0 + t)
             _require_attached(out, "sampling")
             lengths.add(len(out["steps"]))
             rows = []
@@ -656,8 +674,88 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
                    "inclusion per record and round (exact binomial tests)", inputs, _observing(fn))
 
 
+def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckResult:
+    """`run_noise`: every noisy update of `runs` whole runs on the EMPTY dataset ([] for "drop", every slot
+    absent) is N(0, s²) per coordinate, s = σ·C/divisor — the noise the accountant assumes, at every step,
+    whatever the batch (a scale read from the records, zero for an empty batch, shows here).
+
+    Exact tests (scipy), Bonferroni at α = 1e-7 over 2·(1 + T) tests (false failure below 1e-7): mean
+    Σĝ/(s√N) ~ N(0, 1) and scale Σĝ²/s² ~ χ²_N, overall and per step index. Deterministic: every run takes the
+    same number of private steps, at least one (a skipped step reveals an empty batch); nothing is sampled; no
+    coordinate is 0 on every draw; no two draws are equal. With σ = 0 every ĝ must be exactly 0."""
+    prec = _precision(b, precision)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise InvalidParameter("runs", runs, "an integer >= 2")
+    inputs = {"runs": runs, "alpha": ALPHA}
+
+    def fn():
+        import torch
+        from scipy import stats
+
+        wr = _bindings(b)
+        empty = [] if wr.removal == "drop" else [wr.absent] * (len(wr.records) + 1)
+        s = float(wr.noise_multiplier) * float(wr.clip_norm) / float(wr.divisor)
+        failures, per_run = [], []
+        for t in range(runs):
+            out = _execute(wr, empty, SAMPLING_SEED0 + 500_000 + t)
+            _require_attached(out, "noise, empty dataset")
+            if not out["steps"]:
+                failures.append(f"run {t}: no private step on the empty dataset (a skipped step reveals that the "
+                                "batch was empty)")
+                continue
+            for k, st in enumerate(out["steps"]):
+                if st["sampled"]:
+                    failures.append(f"run {t} step {k}: sampled {st['sampled']} from the empty dataset")
+            per_run.append(torch.stack([st["g_hat"] for st in out["steps"]]))
+        lengths = sorted({r.shape[0] for r in per_run})
+        if len(lengths) > 1:
+            failures.append(f"private steps on the empty dataset differ between runs: {lengths}")
+        observed = {"runs": runs, "target_std": s, "failures": failures}
+        if not per_run or len(lengths) > 1:
+            return {"passed": False, "observed": observed, "expected": {"std": s}, "tolerance": None,
+                    "message": "; ".join(failures[:3])}
+        Z = torch.stack(per_run)                 # runs × steps × coordinates
+        if s == 0:
+            zero = bool((Z == 0).all())
+            return {"passed": zero and not failures, "observed": {**observed, "max_abs": float(Z.abs().max())},
+                    "expected": {"g_hat": 0.0}, "tolerance": 0.0,
+                    "message": "; ".join(failures) or ("σ = 0: ĝ exactly 0" if zero else
+                                                        "σ = 0 declared but ĝ on the empty dataset is not 0")}
+        T = Z.shape[1]
+        z_mean_crit = stats.norm.isf(ALPHA / (4 * (1 + T)))
+        groups = [("all steps", Z.reshape(-1))] + [(f"step {k}", Z[:, k, :].reshape(-1)) for k in range(T)]
+        report = {}
+        for label, x in groups:
+            N = x.numel()
+            mean_z = float(x.sum()) / (s * math.sqrt(N))
+            chi = float((x / s).pow(2).sum())
+            p_scale = 2 * min(float(stats.chi2.cdf(chi, N)), float(stats.chi2.sf(chi, N)))
+            ratio = math.sqrt(chi / N)
+            report[label] = {"n": N, "std_ratio": ratio, "mean_z": mean_z, "scale_p_value": p_scale}
+            if abs(mean_z) > z_mean_crit:
+                failures.append(f"{label}: mean of ĝ {mean_z:.3g} standard errors from 0 (bound {z_mean_crit:.3g})")
+            if p_scale < ALPHA / (2 * (1 + T)):
+                failures.append(f"{label}: std of ĝ = {ratio:.5g}·σC/divisor (expected 1, p-value {p_scale:.3g})")
+        flat = Z.reshape(-1, Z.shape[-1])
+        dead = (flat == 0).all(dim=0)
+        if bool(dead.any()):
+            failures.append(f"{int(dead.sum())} coordinates of ĝ are 0 on every draw (no noise there)")
+        if len({tuple(row[:32].tolist()) + (float(row.sum()),) for row in flat}) < flat.shape[0]:
+            failures.append("two steps gave the same ĝ (the noise is not drawn afresh)")
+        observed.update(tests=report, steps=T, std_ratio=report["all steps"]["std_ratio"])
+        return {"passed": not failures, "observed": observed, "expected": {"std_ratio": 1.0, "mean_z": 0.0},
+                "tolerance": {"alpha": ALPHA, "z_mean_critical": z_mean_crit},
+                "message": "; ".join(failures[:6]) if failures else
+                f"ĝ ~ N(0, (σC/divisor)²) over {flat.numel()} coordinates of {runs} runs × {T} steps "
+                f"(std {report['all steps']['std_ratio']:.5g}·σC/divisor)"}
+
+    return evaluate(b, "run_noise", prec, "Gaussian mechanism at every step of the whole run: N(0, σ²C²) before "
+                   "division by the public divisor (exact normal mean and χ² scale tests)", inputs, _observing(fn))
+
+
 WHOLE_RUN_CHECKS: dict[str, Callable[..., CheckResult]] = {
     "run_sensitivity": check_run_sensitivity,
     "run_public_outputs": check_run_public_outputs,
+    "run_noise": check_run_noise,
     "run_poisson_sampling": check_run_poisson_sampling,
 }

@@ -46,7 +46,8 @@ def user(eps):
 def test_catalogue_split_and_order():
     generic = ["clip_contract", "sensitivity_add_remove", "poisson_sampling", "record_isolation",
                "public_normalisation", "noise_calibration", "fresh_randomness", "accountant_agreement"]
-    whole = list(catalogue.WHOLE_STEP_CHECKS) + ["run_sensitivity", "run_public_outputs", "run_poisson_sampling"]
+    whole = list(catalogue.WHOLE_STEP_CHECKS) + ["run_sensitivity", "run_public_outputs", "run_noise",
+                                                 "run_poisson_sampling"]
     assert list(training.DPSGD_CHECKS) == generic + whole
     assert list(training.GRPO_CHECKS) == ["loss_reference", "nonprivate_equivalence", "constant_reward_groups",
                                           "chunk_identity"]

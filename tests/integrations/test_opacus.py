@@ -120,10 +120,13 @@ def test_docs_example_passes_the_checks_and_leaves_the_run_unchanged():
     scope: dict = {}
     exec(compile(code, str(DOC), "exec"), scope)   # noqa: S102 - the documented example itself
     results, model, engine = scope["results"], scope["model"], scope["engine"]
-    from privcheck.checks.catalogue import DPSGD_CHECKS
-    assert set(results) == set(DPSGD_CHECKS) and len(DPSGD_CHECKS) == 13
-    bad = {k: (r.status, r.message[:200]) for k, r in results.items() if k != "clip_contract" and r.status != "pass"}
+    from privcheck.checks.catalogue import DPSGD_CHECKS, WHOLE_RUN_CHECKS
+    assert set(results) == set(DPSGD_CHECKS) and len(DPSGD_CHECKS) == 17
+    bad = {k: (r.status, r.message[:200]) for k, r in results.items()
+           if k != "clip_contract" and k not in WHOLE_RUN_CHECKS and r.status != "pass"}
     assert not bad
+    for k in WHOLE_RUN_CHECKS:      # one step's bindings: the whole run is not bound, and says so
+        assert results[k].status == "skipped" and "whole_run" in results[k].message
     clip = results["clip_contract"]
     assert clip.status == "fail"
     assert clip.observed["nonfinite_cases_zeroed"] == 1      # only the overflowing finite vector is zeroed
