@@ -122,6 +122,19 @@ class CheckpointsPrivateTelemetry(DPTrainer):
         return self.public_telemetry
 
 
+class BatchScaledNoise(DPTrainer):
+    """Noise std σ·max_i‖ḡ_i‖ instead of σ·C ("no more noise than the batch needs"): the scale follows the
+    batch. With C below every record's norm (the fixture) it equals σ·C on a non-empty batch, and 0 on an empty
+    one."""
+
+    def privatize(self, S):
+        cfg = self.config
+        clipped = [min(norm, cfg.C) for norm in self.scratch["pre_clip_norms"]]
+        scale = max(clipped, default=0.0)
+        z = torch.randn(S.shape, generator=self.randomness.noise, dtype=S.dtype, device=S.device) * (cfg.sigma * scale)
+        return (S + z) / self.divisor
+
+
 # ---------------------------------------------------------------------------------------------- correct shapes
 
 class PublicCosineLR(DPTrainer):
@@ -193,5 +206,6 @@ RUN_ZOO = (
     RunBug("prints_private_statistic", PrintsPrivateStatistic, "run_public_outputs", "stdout["),
     RunBug("logs_batch_size", LogsBatchSize, "run_public_outputs", "log["),
     RunBug("checkpoints_private_telemetry", CheckpointsPrivateTelemetry, "run_public_outputs", "files.ckpt-"),
+    RunBug("batch_scaled_noise", BatchScaledNoise, "run_noise", "std of ĝ = 0·σC/divisor"),
 )
 CORRECT_RUNS = (PublicCosineLR, LRFromNoisyUpdate, CheckpointsModel, MicroBatchedSum)
