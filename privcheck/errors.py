@@ -1,6 +1,6 @@
 """Typed errors. Every rejection of user input names the parameter and its allowed range."""
 
-__all__ = ["CalibrationMismatch", "CertificationError", "InvalidParameter", "PrivcheckError"]
+__all__ = ["CalibrationMismatch", "CannotObserve", "CertificationError", "InvalidParameter", "PrivcheckError"]
 
 
 class PrivcheckError(Exception):
@@ -24,3 +24,14 @@ class CertificationError(PrivcheckError, ArithmeticError):
 class CalibrationMismatch(PrivcheckError, ValueError):
     """A calibration record (or a claimed ε) does not belong to the plan it is attached to: its event or δ differ
     from the plan's own public parameters, so the ε it carries is not the plan's ε."""
+
+
+class CannotObserve(PrivcheckError):
+    """A check cannot observe a quantity it needs through the bindings it was given (a loader whose batches cannot
+    be rebuilt, a step that never reaches the optimizer, ...). The check reports it as a failure, with the message
+    "cannot observe <what>: <reason>": an unverified property is never a pass."""
+
+    def __init__(self, what: str, reason: str):
+        self.what = what
+        self.reason = reason
+        super().__init__(f"cannot observe {what}: {reason}")

@@ -3,9 +3,17 @@
 A check is `check_<name>(b: SuiteBindings, precision=None, **options) -> CheckResult` of suite "dpgrpo":
 
 - a binding the check needs is missing → status "skipped" with the names of the missing fields (never "pass");
-- a bound callable raises → status "error" with the exception text;
+- a bound callable cannot show what the check needs (`privcheck.errors.CannotObserve`) → status "fail" with
+  "cannot observe <what>: <reason>";
+- a bound callable raises anything else → status "error" naming the binding and the user function that raised
+  (the traceback is kept in `observed["traceback"]`);
 - otherwise "pass"/"fail" from the comparison with an *independent* reference, under the tolerance the check's
-  docstring states for the precision (`privcheck.checks.precision`).
+  docstring states for the precision (`privcheck.checks.precision`); a failure's message names each failed
+  quantity, its value and its bound ("quantity: value (bound: ...)", `bound_message`).
+
+Every check runs inside `privcheck.rng_state.preserved_rng`: the global random states and the trainer's own
+generators (`SuiteBindings.generators`) are as the check found them when it returns, so running the checks
+never shifts the random draws of the user's run.
 
 This module is the leaf the check modules import (`privcheck.checks.dpsgd`, `.grpo`, `.whole_step`,
 `.catalogue`); `privcheck.checks.training` re-exports it. It imports torch lazily, inside functions.
@@ -17,13 +25,15 @@ import math
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
-from privcheck.errors import PrivcheckError
+from privcheck.errors import CannotObserve, PrivcheckError
+from privcheck.rng_state import preserved_rng
 
-__all__ = ["SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout", "evaluate",
-           "max_abs", "need", "ref_clip", "value_of"]
+__all__ = ["SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout", "bound_message",
+           "evaluate", "max_abs", "need", "raised_by", "ref_clip", "value_of"]
 
 SUITE = "dpgrpo"
 
@@ -97,6 +107,9 @@ class SuiteBindings:
     precision: str | None = None
     # checks that do not apply to the bound trainer: check name -> the reason, reported with status "skipped"
     not_applicable: Mapping[str, str] | None = None
+    # the trainer's own generator objects (torch, numpy or `random.Random`) that the checks draw from; every check
+    # restores their states (and the global ones) when it returns
+    generators: Sequence | None = None
 
 
 # --------------------------------------------------------------------------------------------- helpers
@@ -136,33 +149,71 @@ def value_of(x) -> float:
     return float(getattr(x, "value", x))
 
 
+def bound_message(rows: Sequence[tuple[str, Any, Any, bool]]) -> str:
+    """The failed rows of (quantity, value, bound, ok) as "quantity: value (bound: bound)", joined by "; "."""
+    def text(x):
+        return f"{x:.6g}" if isinstance(x, float) else str(x)
+    return "; ".join(f"{q}: {text(val)} (bound: {text(bound)})" for q, val, bound, ok in rows if not ok)
+
+
+_CHECKS_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = _CHECKS_DIR.parent
+
+
+def _inside(frame, root: Path) -> bool:
+    try:
+        return Path(frame.filename).resolve().is_relative_to(root)
+    except (OSError, ValueError):
+        return False
+
+
+def raised_by(exc: BaseException) -> str:
+    """Who raised `exc` inside a check: "binding <f> raised <Type>: <text> (in <user function> at <file:line>)",
+    where <f> is the callable the check called and the user function is the first frame outside privcheck."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    last_check = max((k for k, f in enumerate(frames) if _inside(f, _CHECKS_DIR)), default=-1)
+    what = f"{type(exc).__name__}: {exc}"
+    if last_check == len(frames) - 1:
+        where = frames[-1] if frames else None
+        at = f" (at {Path(where.filename).name}:{where.lineno})" if where else ""
+        return f"the check itself raised {what}{at}"
+    callee = frames[last_check + 1].name
+    user = next((f for f in frames[last_check + 1:] if not _inside(f, _PACKAGE_DIR)), None)
+    at = f" (in {user.name} at {user.filename}:{user.lineno})" if user is not None else ""
+    return f"binding {callee} raised {what}{at}"
+
+
 def evaluate(bindings, name: str, precision: str, reference: str, inputs: dict, fn: Callable[[], dict]
              ) -> CheckResult:
-    """`fn()` returns dict(passed, observed, expected, tolerance, message). A check the bindings declare
-    `not_applicable` is reported skipped with their reason and never run."""
+    """`fn()` returns dict(passed, observed, expected, tolerance, message), run with every random state restored
+    afterwards. A check the bindings declare `not_applicable` is reported skipped with their reason and never
+    run; `CannotObserve` is a failure, any other exception an error naming who raised it (module docstring)."""
     start = time.perf_counter()
     reason = (getattr(bindings, "not_applicable", None) or {}).get(name)
     if reason is not None:
         return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
                            reference=reference, inputs=inputs, message=f"skipped: {name} does not apply: {reason}",
                            seconds=0.0, status="skipped", precision=precision)
-    try:
-        out = fn()
-        return CheckResult(name=name, suite=SUITE, passed=bool(out["passed"]), observed=out["observed"],
-                           expected=out["expected"], tolerance=out["tolerance"], reference=reference,
-                           inputs=inputs, message=out.get("message", ""), seconds=time.perf_counter() - start,
+
+    def result(message, status, observed=None, out=None):
+        out = out or {}
+        return CheckResult(name=name, suite=SUITE, passed=status == "pass", observed=out.get("observed", observed),
+                           expected=out.get("expected"), tolerance=out.get("tolerance"), reference=reference,
+                           inputs=inputs, message=message, seconds=time.perf_counter() - start, status=status,
                            precision=precision)
+
+    try:
+        with preserved_rng(getattr(bindings, "generators", None) or ()):
+            out = fn()
+        return result(out.get("message", ""), "pass" if out["passed"] else "fail", out=out)
     except SkipCheck as exc:
-        return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
-                           reference=reference, inputs=inputs, message=f"skipped: {exc}",
-                           seconds=time.perf_counter() - start, status="skipped", precision=precision)
+        return result(f"skipped: {exc}", "skipped")
+    except CannotObserve as exc:
+        return result(str(exc), "fail", observed={"cannot_observe": exc.what, "reason": exc.reason})
     except DropoutEnabled:
         raise
     except Exception as exc:  # noqa: BLE001 - a raising callable is an "error" result, never a pass
-        return CheckResult(name=name, suite=SUITE, passed=False, observed=None, expected=None, tolerance=None,
-                           reference=reference, inputs=inputs,
-                           message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
-                           seconds=time.perf_counter() - start, status="error", precision=precision)
+        return result(raised_by(exc), "error", observed={"traceback": traceback.format_exc(limit=8)})
 
 
 def ref_clip(v, C):

@@ -30,13 +30,14 @@ from privcheck.checks.common import (
     SuiteBindings,
     as_f64,
     assert_no_dropout,
+    bound_message,
     evaluate,
     max_abs,
     need,
     value_of,
 )
 from privcheck.checks.precision import resolve_precision, tolerance, tolerances
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CannotObserve, InvalidParameter
 
 __all__ = ["ACCOUNTANT_INTERVAL", "check_accountant_agreement", "check_clip_contract", "check_fresh_randomness",
            "check_noise_calibration", "check_poisson_sampling", "check_public_normalisation",
@@ -100,8 +101,17 @@ def check_clip_contract(b: SuiteBindings, precision: str | None = None, *, seed:
                     "zero_case_ok": zero_ok, "inside_bit_identical": identical_ok, "n_inside": n_inside}
         expected = {"max_norm_ratio": "<= 1", "min_cosine": 1.0, "nonfinite_cases_zeroed": len(bad_cases),
                     "zero_case_ok": True, "inside_bit_identical": True}
+        n_bad = len(bad_cases)
+        rows = [("zero_case_ok", zero_ok, "clip(0) = 0, finite", zero_ok),
+                ("nonfinite_cases_zeroed", f"{zeroed} of {n_bad}", f"{n_bad} of {n_bad}", zeroed == n_bad),
+                ("inside_bit_identical", f"{identical_ok} over {n_inside} inputs with ‖v‖ ≤ C", True, identical_ok),
+                ("max_norm_ratio", max_ratio, f"≤ {1 + norm_ratio!r}", max_ratio <= 1 + norm_ratio),
+                ("min_cosine", min_cos, f"≥ {1 - cosine!r}", min_cos >= 1 - cosine)]
+        message = bound_message(rows) if not passed else (
+            f"clip contract holds: max_norm_ratio {max_ratio:.17g}, min_cosine {min_cos:.17g}, "
+            f"{n_bad} of {n_bad} non-finite cases zeroed")
         return {"passed": passed, "observed": observed, "expected": expected,
-                "tolerance": {"max_norm_ratio": norm_ratio, "min_cosine": cosine}, "message": str(observed)}
+                "tolerance": {"max_norm_ratio": norm_ratio, "min_cosine": cosine}, "message": message}
 
     return evaluate(b, "clip_contract", precision, "closed form clip_C(v) = v·min(1, C/‖v‖), non-finite → 0 "
                 "(Algorithm 1, line 7)", inputs, fn)
@@ -184,7 +194,9 @@ def check_sensitivity_add_remove(b: SuiteBindings, precision: str | None = None,
                     "n_trials": trials}
         return {"passed": worst <= tol, "observed": observed, "expected": {"max_ratio_minus_one": "<= 0"},
                 "tolerance": {"max_ratio_minus_one": tol},
-                "message": f"worst ‖Δ sum‖/C − 1 = {worst:.3g} ({worst_kind}){note}"}
+                "message": (f"worst ‖Δ sum‖/C − 1 = {worst:.3g} ({worst_kind}){note}" if worst <= tol else
+                            bound_message([("max_ratio_minus_one (‖Δ sum‖/C − 1)", worst, f"≤ {tol!r}", False)])
+                            + f", worst case: {worst_kind}{note}")}
 
     return evaluate(b, "sensitivity_add_remove", precision, "Lemma 1 sensitivity bound ‖ḡ_i‖ ≤ C (closed form)",
                 inputs, fn)
@@ -213,7 +225,7 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
             c = b.sample(n, q)
             arr = np.asarray(c.detach().cpu().numpy() if hasattr(c, "detach") else c).astype(np.float64)
             if arr.shape != (n,):
-                raise ValueError(f"sample(n, q) returned shape {arr.shape}, expected ({n},)")
+                raise CannotObserve("the coins of sample(n, q)", f"it returned shape {arr.shape}, not ({n},)")
             rows[t] = arr
         freq = rows.mean(axis=0)
         max_freq = float(np.abs(freq - q).max())
@@ -228,7 +240,10 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
         return {"passed": passed, "observed": observed,
                 "expected": {"max_freq_error": 0.0, "max_offdiag_corr": 0.0, "mean_batch_size": q * n},
                 "tolerance": {"max_freq_error": freq_tol, "max_offdiag_corr": corr_tol},
-                "message": str(observed)}
+                "message": bound_message([
+                    ("max_freq_error (|inclusion frequency − q|)", max_freq, f"< {freq_tol!r}", max_freq < freq_tol),
+                    ("max_offdiag_corr", max_corr, f"< {corr_tol!r}", max_corr < corr_tol)])
+                or f"Bernoulli({q}) coins: max_freq_error {max_freq:.3g}, max_offdiag_corr {max_corr:.3g}"}
 
     return evaluate(b, "poisson_sampling", precision, "independent Bernoulli(q) coins: binomial frequencies and "
                 "zero correlations (closed form)", inputs, fn)
@@ -252,7 +267,7 @@ def check_record_isolation(b: SuiteBindings, precision: str | None = None) -> Ch
 
         assert_no_dropout(b.model)
         if len(b.items) < 3:
-            raise ValueError("items must hold at least 3 records for V6")
+            raise CannotObserve("three records i, j, k", f"items holds {len(b.items)} (V6 needs at least 3)")
         i, j, k = list(b.items)[:3]
         pj = b.perturb(j)
         observed, ok, diffs = {}, True, []
@@ -279,8 +294,14 @@ def check_record_isolation(b: SuiteBindings, precision: str | None = None) -> Ch
             observed["trainer_level_identical"] = None
         observed["max_abs_diff"] = max(diffs)
         missing = [k for k in ("function_level_identical", "trainer_level_identical") if observed[k] is None]
+        diff = observed["max_abs_diff"]
+        rows = [(k, f"{observed[k]} (max |Δ| = {diff:.3g})", True, observed[k] is not False)
+                for k in ("function_level_identical", "trainer_level_identical")]
+        rows.insert(1, ("perturbation_changes_j (precondition)", observed.get("perturbation_changes_j"), True,
+                        observed.get("perturbation_changes_j") is not False))
+        message = bound_message(rows) if not ok else f"bit-identical (max |Δ| = {diff:.3g})"
         return {"passed": ok, "observed": observed, "expected": "bit-identical", "tolerance": 0.0,
-                "message": str(observed) + (f"; not run: {missing} (binding missing)" if missing else "")}
+                "message": message + (f"; not run: {missing} (binding missing)" if missing else "")}
 
     return evaluate(b, "record_isolation", precision, "(A2) record isolation: a record's gradient and clipped "
                 "contribution depend only on (θ_t, x_i)", {}, fn)
@@ -324,7 +345,12 @@ def check_public_normalisation(b: SuiteBindings, precision: str | None = None, *
                     "batch_sizes": [1, 1 + k]}
         return {"passed": passed, "observed": observed,
                 "expected": {"identical_across_batch_sizes": True, "max_ulp_vs_public_divisor": 0},
-                "tolerance": {"max_ulp_vs_public_divisor": 2}, "message": str(observed)}
+                "tolerance": {"max_ulp_vs_public_divisor": 2},
+                "message": bound_message([
+                    ("identical_across_batch_sizes", f"{identical} (batch sizes 1 and {1 + k})", True, identical),
+                    (f"max_ulp_vs_public_divisor (ulp of {ulp_dtype}, divisor q·n = {q * n:g})",
+                     max(ulps, ulps_b), "≤ 2", ulps <= 2 and ulps_b <= 2)])
+                or f"v/(q·n) within {max(ulps, ulps_b):.3g} ulp, identical across batch sizes 1 and {1 + k}"}
 
     return evaluate(b, "public_normalisation", precision, "closed form v/(q·n) with the public divisor q·n", inputs, fn)
 
@@ -377,7 +403,12 @@ def check_noise_calibration(b: SuiteBindings, precision: str | None = None, *, s
                     "n_samples": N}
         return {"passed": passed, "observed": observed, "expected": {"std_ratio": 1.0, "mean_z": 0.0,
                                                                      "offset_mean_z": 0.0},
-                "tolerance": {"std_ratio": 0.01, "mean_z": 5, "offset_mean_z": 5}, "message": str(observed)}
+                "tolerance": {"std_ratio": 0.01, "mean_z": 5, "offset_mean_z": 5},
+                "message": bound_message([
+                    ("std_ratio (sample std / (σC/(q·n)))", ratio, "1 ± 0.01", abs(ratio - 1) <= 0.01),
+                    ("mean_z", mean_z, "|·| ≤ 5", abs(mean_z) <= 5),
+                    ("offset_mean_z (mean of ĝ·q·n − S)", resid_z, "|·| ≤ 5", abs(resid_z) <= 5)])
+                or f"std_ratio {ratio:.5g}, mean_z {mean_z:.3g}, offset_mean_z {resid_z:.3g} over {N} samples"}
 
     return evaluate(b, "noise_calibration", precision, "closed form: std σ·C/(q·n), mean S/(q·n)", inputs, fn)
 
@@ -442,7 +473,19 @@ def check_fresh_randomness(b: SuiteBindings, precision: str | None = None, *, p:
                 "expected": {"noise_corr": 0.0, "coins_equal": False, "seeded_identical": True,
                              "seeded_flagged": True, "default_privacy_release": True,
                              "release_refuses_seed": True},
-                "tolerance": {"noise_corr": bound}, "message": str(observed)}
+                "tolerance": {"noise_corr": bound},
+                "message": bound_message([
+                    ("noise_corr_within_run", within, f"|·| ≤ {bound:.3g}", abs(within) <= bound),
+                    ("noise_corr_across_runs", across, f"|·| ≤ {bound:.3g}", abs(across) <= bound),
+                    ("noise_draws_equal_within_run", bool(torch.equal(z1, z2)), False, not torch.equal(z1, z2)),
+                    ("coins_equal_within_run", coins_equal_within, False, not coins_equal_within),
+                    ("coins_equal_across_runs", coins_equal_across, False, not coins_equal_across),
+                    ("seeded_identical", seeded_same, True, seeded_same),
+                    ("seeded_flagged (privacy_release False)", seeded_flagged, True, seeded_flagged),
+                    ("default_privacy_release", default_release, True, default_release),
+                    ("release_refuses_seed", release_refuses_seed, True, release_refuses_seed)])
+                or f"fresh draws: |corr| ≤ {max(abs(within), abs(across)):.3g} (bound {bound:.3g}), coins differ, "
+                   "seeded handles reproducible and flagged"}
 
     return evaluate(b, "fresh_randomness", precision, "(A3) fresh hidden randomness: independent draws have "
                 "correlation ~ N(0, 1/p)", inputs, fn)
@@ -487,9 +530,10 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
         lower = ours_rec.certified.lower if ours_rec.certified is not None else 0.0
         band = ours - lower
         if math.isnan(user):
-            passed, verdict = False, "the user's accountant returned NaN"
+            passed, verdict = False, f"user_epsilon: nan (bound: a number ≥ {lower!r}, the certified lower end)"
         elif not math.isfinite(ours):
-            passed, verdict = False, f"privcheck's PLD failed ({ours_rec.reason}); nothing to compare with"
+            passed, verdict = False, (f"privcheck_epsilon: {ours!r} (bound: finite); privcheck's PLD failed "
+                                      f"({ours_rec.reason}), nothing to compare with")
         else:
             gap = user - ours
             passed = user >= lower
@@ -499,8 +543,8 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
                 verdict = (f"user's ε is {-gap:.3g} below privcheck's certified upper end, inside its enclosure "
                            f"(width {band:.3g}, lower end {lower:.6g}): not provably below the exact ε")
             else:
-                verdict = (f"user's ε is {-gap:.6g} below privcheck's PLD, below the certified lower bound "
-                           f"{lower:.6g} of the exact ε: the user's accountant under-reports ε")
+                verdict = (f"user_epsilon: {user!r} (bound: ≥ {lower!r}, the certified lower end of the exact ε); "
+                           f"user's ε is {-gap:.6g} below privcheck's PLD: the user's accountant under-reports ε")
         gap = user - ours
         observed = {"user_epsilon": user, "privcheck_epsilon": ours, "privcheck_lower_bound": lower, "gap": gap,
                     "relative_gap": gap / ours if ours and math.isfinite(ours) and math.isfinite(gap) else None,

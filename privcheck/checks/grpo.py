@@ -26,6 +26,7 @@ from privcheck.checks.common import (
     SuiteBindings,
     as_f64,
     assert_no_dropout,
+    bound_message,
     evaluate,
     max_abs,
     need,
@@ -33,7 +34,7 @@ from privcheck.checks.common import (
     value_of,
 )
 from privcheck.checks.precision import resolve_precision, tolerance
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CannotObserve, InvalidParameter
 
 __all__ = ["check_accountant_reference", "check_chunk_identity", "check_constant_reward_groups",
            "check_loss_reference", "check_nonprivate_equivalence"]
@@ -150,7 +151,9 @@ def check_loss_reference(b: SuiteBindings, precision: str | None = None, *, seed
         observed = {"max_abs_diff_value": dv, "max_abs_diff_grad": dg, "max_abs_diff_advantages": da,
                     "max_abs_diff_logprobs": dl, "max_rel_diff": worst_rel}
         return {"passed": worst_rel <= rtol, "observed": observed, "expected": {"max_rel_diff": 0.0},
-                "tolerance": {"rtol": rtol}, "message": f"worst relative difference {worst_rel:.3g}" + note}
+                "tolerance": {"rtol": rtol},
+                "message": (bound_message([("max_rel_diff", worst_rel, f"≤ {rtol!r}", worst_rel <= rtol)])
+                            or f"worst relative difference {worst_rel:.3g}") + note}
 
     return evaluate(b, "loss_reference", precision, "independent float64 transcription of eqs. (2) and (7) "
                 "(TRL 0.15.2 GRPOTrainer formulas) and log_softmax of temperature-1 logits", inputs, fn)
@@ -187,7 +190,9 @@ def check_nonprivate_equivalence(b: SuiteBindings, precision: str | None = None,
         return {"passed": passed, "observed": {"max_abs_param_diff": diff, "flat_step_size": moved},
                 "expected": {"max_abs_param_diff": 0.0, "flat_step_size": "> 0"},
                 "tolerance": tol_out,
-                "message": f"max |Δθ| = {diff:.3g}; flat step moved parameters by {moved:.3g}"}
+                "message": bound_message([("max_abs_param_diff", diff, f"≤ {bound:.6g}", diff <= bound),
+                                          ("flat_step_size (the flat step must move θ)", moved, "> 0", moved > 0)])
+                or f"max |Δθ| = {diff:.3g}; flat step moved parameters by {moved:.3g}"}
 
     return evaluate(b, "nonprivate_equivalence", precision, "independent flat loss (1/(n·G))·Σ token-mean losses, "
                 "one backward, same SGD step", {"tol": tol, "param_ulps": param_ulps, "step_rtol": step_rtol}, fn)
@@ -245,7 +250,15 @@ def check_constant_reward_groups(b: SuiteBindings, precision: str | None = None,
                 "expected": {"adv_max_abs": 0.0, "grads_identical": True, "grad_norm": "> 0", "retained": True,
                              "reference_case_zero": True},
                 "tolerance": {"retention": f"{retention_rtol!r}·max(1, ‖clip_C(g)‖)"},
-                "message": str(observed) + note}
+                "message": (bound_message([
+                    ("adv_max_abs", adv_max, 0.0, adv_max == 0.0),
+                    ("grads_finite", finite, True, finite),
+                    ("grads_identical (all-correct vs all-wrong group)", identical, True, identical),
+                    ("grad_norm", gnorm, "> 0", gnorm > 0),
+                    ("retention_abs_err (clipped_sum difference vs clip_C(g))", err,
+                     f"≤ {retention_rtol * scale:.3g} and a nonzero difference", retained),
+                    ("reference_case_zero", ref_zero, True, ref_zero is not False)])
+                    or f"constant groups: zero advantages, identical gradients, retained (error {err:.3g})") + note}
 
     return evaluate(b, "constant_reward_groups", precision, "eq. (2) closed form (constant group ⇒ A = 0) and the "
                 "keep-constant-groups rule, independent clip transcription", inputs, fn)
@@ -287,7 +300,8 @@ def check_chunk_identity(b: SuiteBindings, precision: str | None = None, *, chun
         norm0 = float(torch.linalg.vector_norm(g0))
         C = 0.5 * norm0
         if not C > 0:
-            raise ValueError("the unchunked gradient is zero; V8 needs a record with a nonzero gradient")
+            raise CannotObserve("a clip decision", "the unchunked gradient is zero; V8 needs a record with a "
+                                "nonzero gradient")
         loss0, g0b, clip0 = b.record_loss_and_grad(item, None, C)
         loss0 = float(loss0)
         tested_C = {"C": C} if b.C is None else {"C": C, "configured_C": float(b.C)}
@@ -302,10 +316,16 @@ def check_chunk_identity(b: SuiteBindings, precision: str | None = None, *, chun
             num = float(torch.linalg.vector_norm(a - ref))
             return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
+        elem = "≤ 1e-12 + 1e-10·|reference| elementwise"
         if rel_tol is None:
-            ok = close(clip0, ref_clip(g0, C), 1e-10, 1e-12) and close(g0b, g0, 1e-10, 1e-12)
+            ok_clip, ok_g = close(clip0, ref_clip(g0, C), 1e-10, 1e-12), close(g0b, g0, 1e-10, 1e-12)
         else:
-            ok = rel(clip0, ref_clip(g0, C)) <= rel_tol and rel(g0b, g0) <= rel_tol
+            ok_clip, ok_g = rel(clip0, ref_clip(g0, C)) <= rel_tol, rel(g0b, g0) <= rel_tol
+        ok = ok_clip and ok_g
+        rows = [("unchunked clipped vs clip_C(g) (relative ℓ2)", rel(clip0, ref_clip(g0, C)),
+                 elem if rel_tol is None else f"≤ {rel_tol!r}", ok_clip),
+                ("unchunked gradient at C vs at C = ∞ (relative ℓ2)", rel(g0b, g0),
+                 elem if rel_tol is None else f"≤ {rel_tol!r}", ok_g)]
         per, flips = {}, 0
         for s in chunk_sizes:
             loss, g, cl = b.record_loss_and_grad(item, s, C)
@@ -317,18 +337,31 @@ def check_chunk_identity(b: SuiteBindings, precision: str | None = None, *, chun
                       "clipped_max_abs_diff": max_abs(cl, clip0), "grad_rel_diff": rel(g, g0),
                       "clipped_rel_diff": rel(cl, clip0), "clip_decision_flips": flips_s}
             if rel_tol is None:
-                ok &= abs(loss - loss0) <= 1e-7 + 1e-6 * abs(loss0)
-                ok &= close(g, g0, 1e-10, 1e-12) and close(cl, clip0, 1e-10, 1e-12)
+                checks = [(f"loss_max_abs_diff[chunk {s}]", abs(loss - loss0), f"≤ {1e-7 + 1e-6 * abs(loss0):.3g}",
+                           abs(loss - loss0) <= 1e-7 + 1e-6 * abs(loss0)),
+                          (f"grad_rel_diff[chunk {s}]", per[s]["grad_rel_diff"], elem, close(g, g0, 1e-10, 1e-12)),
+                          (f"clipped_rel_diff[chunk {s}]", per[s]["clipped_rel_diff"], elem,
+                           close(cl, clip0, 1e-10, 1e-12))]
             else:
-                ok &= abs(loss - loss0) <= rel_tol * max(1.0, abs(loss0))
-                ok &= per[s]["grad_rel_diff"] <= rel_tol and per[s]["clipped_rel_diff"] <= rel_tol
+                loss_bound = rel_tol * max(1.0, abs(loss0))
+                checks = [(f"loss_max_abs_diff[chunk {s}]", abs(loss - loss0), f"≤ {loss_bound:.3g}",
+                           abs(loss - loss0) <= loss_bound),
+                          (f"grad_rel_diff[chunk {s}]", per[s]["grad_rel_diff"], f"≤ {rel_tol!r}",
+                           per[s]["grad_rel_diff"] <= rel_tol),
+                          (f"clipped_rel_diff[chunk {s}]", per[s]["clipped_rel_diff"], f"≤ {rel_tol!r}",
+                           per[s]["clipped_rel_diff"] <= rel_tol)]
+            rows += checks
+            ok &= all(c[3] for c in checks)
         tol_out = ({"loss": {"rtol": 1e-6, "atol": 1e-7}, "grad_and_clipped": {"rtol": 1e-10, "atol": 1e-12}}
                      if rel_tol is None else {"loss": f"{rel_tol!r}·max(1, |loss|)",
                                               "grad_and_clipped_relative_l2": rel_tol})
+        at = ", ".join(f"{k} = {c:.6g}" for k, c in tested_C.items())
         observed = {"per_chunk_size": per, "C": C, "tested_C": tested_C, "clip_decision_flips": flips,
                     "max_grad_rel_diff": max(p["grad_rel_diff"] for p in per.values()) if per else 0.0}
         return {"passed": ok, "observed": observed, "expected": "chunked = unchunked", "tolerance": tol_out,
-                "message": f"{flips} clip-decision flip(s) at {tested_C}; " + str(per)}
+                "message": (bound_message(rows) + f"; {flips} clip-decision flip(s) at {at}" if not ok else
+                            f"chunked = unchunked at chunk sizes {list(per)} (max grad_rel_diff "
+                            f"{observed['max_grad_rel_diff']:.3g}); {flips} clip-decision flip(s) at {at}")}
 
     return evaluate(b, "chunk_identity", precision, "chunk losses sum to ℓ_i (eq. (7), Algorithm 1, line 6); clip "
                 "after accumulation (independent clip transcription)", inputs, fn)
@@ -373,19 +406,22 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
             pld = value_of(b.epsilon_pld(q, sigma, T, delta))
             case = {"pld": pld, "abs_err": abs(pld - repro)}
             good = abs(pld - repro) <= 1e-4 and abs(pld - paper) <= 1e-3     # paper: 3 printed decimals
+            if not good:
+                failures.append(f"{name} pld: {pld!r} (bound: within 1e-4 of {repro!r} and 1e-3 of the printed "
+                                f"{paper!r})")
             if b.epsilon_rdp is not None:
                 r = b.epsilon_rdp(q, sigma, T, delta)
                 rdp = value_of(r)
                 case.update(rdp=rdp, rdp_order=(getattr(r, "details", None) or {}).get("order"),
                             rdp_abs_err=abs(rdp - rdp_paper))
                 if not rdp >= pld - 1e-6:
-                    failures.append(f"{name}: accountant error, RDP {rdp} < PLD {pld}")
+                    failures.append(f"{name} rdp: {rdp!r} (bound: ≥ PLD {pld!r} − 1e-6)")
                     good = False
-                good &= abs(rdp - rdp_paper) <= 0.03
+                if abs(rdp - rdp_paper) > 0.03:
+                    failures.append(f"{name} rdp: {rdp!r} (bound: within 0.03 of the paper's {rdp_paper!r})")
+                    good = False
             case["seconds"] = time.perf_counter() - t0
             per[name] = case
-            if not good:
-                failures.append(name)
             ok &= good
         if jax_privacy:
             j = JAX_PRIVACY
@@ -393,7 +429,7 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
             per["jax_privacy"] = {"pld": pld, "abs_err": abs(pld - j["pld"])}
             if abs(pld - j["pld"]) > 1e-4:
                 ok = False
-                failures.append("jax_privacy")
+                failures.append(f"jax_privacy pld: {pld!r} (bound: within 1e-4 of {j['pld']!r})")
         cal = {}
         if b.calibrate_sigma is not None:
             for name in calibration_rows:
@@ -407,7 +443,9 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
                 cal[name] = {"sigma": s, "sigma_table_vii": sigma_vii, "abs_err": abs(s - sigma_vii),
                              "eps_at_sigma": e_at, "eps_at_sigma_minus_1e-5": e_below, "target": target}
                 if not good:
-                    failures.append(f"calibration {name}")
+                    failures.append(f"calibration {name} sigma: {s!r} (bound: ε(σ) = {e_at:.7g} ≤ {target}, "
+                                    f"ε(σ − 1e-5) = {e_below:.7g} > {target}, |σ − {sigma_vii!r}| ≤ "
+                                    f"{SIGMA_VS_TABLE_VII})")
                 ok &= good
         note = "" if b.calibrate_sigma is not None else "; calibration not run (calibrate_sigma not bound)"
         note += "" if b.epsilon_rdp is not None else "; RDP not compared (epsilon_rdp not bound)"
@@ -415,7 +453,7 @@ def check_accountant_reference(b: SuiteBindings, precision: str | None = None, *
         return {"passed": ok, "observed": observed, "expected": "Table VI PLD repro / paper values, Table VII σ",
                 "tolerance": {"pld": 1e-4, "rdp_vs_paper": 0.03, "rdp_minus_pld": -1e-6,
                               "sigma": SIGMA_VS_TABLE_VII, "sigma_minimal": 1e-5},
-                "message": ("failures: " + ", ".join(failures) if failures else "all cases within tolerance")
+                "message": ("; ".join(failures) if failures else "all cases within tolerance")
                 + note}
 
     return evaluate(b, "accountant_reference", precision, "Zhao, Januszewicz & Jung, arXiv:2610.07212, Table VI/VII "

@@ -16,7 +16,9 @@ precision recorded (V13, `precision_preflight`, returns one per rerun check, nam
 `precision_preflight.<precision>.<check>`):
 
 - a binding the check needs is missing → status "skipped" with the names of the missing fields (never "pass");
-- a bound callable raises → status "error" with the exception text;
+- a binding cannot show what the check needs (`privcheck.errors.CannotObserve`) → status "fail" with
+  "cannot observe <what>: <reason>"; any other exception of a bound callable → status "error" naming the binding
+  and the function that raised;
 - otherwise "pass"/"fail" from the comparison with an *independent* reference (closed form, an independent
   transcription of the paper's equations, privcheck's PLD for the user's accountant, or the published Table VI /
   VII values), under the tolerance each check's docstring states and justifies for the precision.

@@ -464,7 +464,8 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                     worst, worst_at = excess, {"pair": pair.label, "seed": s, "ratio": ratio,
                                                "allowance": allowance}
                 if excess > 0:
-                    failures.append(f"{pair.label} seed {s}: ‖Δĝ‖·divisor/C = {ratio:.6g} > 1 + {allowance:.3g}")
+                    failures.append(f"{pair.label} seed {s}: ‖Δĝ‖·divisor/C = {ratio:.6g} > 1 + {allowance:.3g} "
+                                    f"(bound: ≤ 1 + {allowance:.3g})")
                 if observable:
                     sa, sz = a["sampled"], z["sampled"]
                     for msg in _sampling_anomalies(ws, pair.small, sa) + _sampling_anomalies(ws, pair.big, sz):
@@ -486,7 +487,7 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
             stats["trials"] = t
             per_pair[pair.label] = stats
             if informative == 0:
-                failures.append(f"{pair.label}: inconclusive, no trial in {t} showed a nonzero difference (the "
+                failures.append(f"{pair.label}: inconclusive, nonzero-difference trials: 0 of {t} (bound: ≥ 1; the "
                                 "differing record was never sampled, or its update is lost)")
             if need_full and not observable:
                 full_by_design = t >= n_full
@@ -583,10 +584,13 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
                     entry["trials"] += 1
             per_pair[pair.label] = {"trials": t, "record_sampled": informative}
             if informative == 0:
-                failures.append(f"{pair.label}: inconclusive, the differing record was never sampled in {t} trials")
+                failures.append(f"{pair.label}: inconclusive, trials with the differing record sampled: 0 of {t} "
+                                "(bound: ≥ 1)")
         total = sum(p["trials"] for p in per_pair.values())
         if leaks:
-            failures.insert(0, "leak: " + ", ".join(f"{k} ({v['trials']}/{total} trials)" for k, v in leaks.items()))
+            failures.insert(0, "leak: " + ", ".join(f"{k}: {v['first']['difference']} in {v['trials']}/{total} trials"
+                                                    for k, v in leaks.items())
+                            + " (bound: identical on neighbours once ĝ is fixed)")
         observed = {"leaks": leaks, "leak_fields": sorted(leaks), "pairs": per_pair, "fields_compared": n_fields,
                     "g_hat_fixed_through": sorted(fix_paths)}
         return {"passed": not failures, "observed": observed, "expected": {"leak_fields": []},
@@ -670,15 +674,15 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
         scale_z = _wilson_hilferty(float((Z / target).pow(2).sum()), N)
         std_ratio = float(Z.pow(2).mean().sqrt()) / target
         if abs(mean_z) > z_crit:
-            failures.append(f"mean of ĝ is {mean_z:.3g} standard errors from 0")
+            failures.append(f"mean of ĝ is {mean_z:.3g} standard errors from 0 (bound: |z| ≤ {z_crit:.3g})")
         if abs(scale_z) > z_crit:
-            failures.append(f"std of ĝ is {std_ratio:.5g}·σC/divisor (z = {scale_z:.3g})")
+            failures.append(f"std of ĝ is {std_ratio:.5g}·σC/divisor (z = {scale_z:.3g}; bound: |z| ≤ {z_crit:.3g})")
         for name, block in tested:
             zt = _wilson_hilferty(float((block / target).pow(2).sum()), block.numel())
             ratio = float(block.pow(2).mean().sqrt()) / target
             per_tensor[name] = {"std_ratio": ratio, "scale_z": zt}
             if abs(zt) > z_crit:
-                failures.append(f"{name}: std {ratio:.4g}·σC/divisor (z = {zt:.3g})")
+                failures.append(f"{name}: std {ratio:.4g}·σC/divisor (z = {zt:.3g}; bound: |z| ≤ {z_crit:.3g})")
         dead = (Z == 0).all(dim=0)
         if bool(dead.any()):
             idx = dead.nonzero().flatten().tolist()
@@ -688,7 +692,7 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
                 if hit:
                     where.append(f"{name} ({len(hit)} of {k})")
                 off += k
-            failures.append("coordinates without noise on every seed: " + ", ".join(where[:6]))
+            failures.append("coordinates without noise on every seed: " + ", ".join(where[:6]) + " (bound: none)")
         if Z.shape[0] > 1 and len({tuple(row.tolist()[:64]) + (float(row.sum()),) for row in Z}) < Z.shape[0]:
             failures.append("two seeds gave the same ĝ (the seed does not reach the noise)")
         observed.update(n_samples=N, std_ratio=std_ratio, mean_z=mean_z, scale_z=scale_z, z_critical=z_crit,
@@ -788,7 +792,7 @@ def check_step_record_isolation(b, precision: str | None = None, *, max_seeds: i
                     bit &= r == 0
                     if r > tol["record_rel"]:
                         failures.append(f"record {j}: {key} differs alone vs in a batch of {len(in_batch)} "
-                                        f"(relative {r:.3g})")
+                                        f"(relative {r:.3g}; bound: ≤ {tol['record_rel']:.3g})")
             per[j] = {"trials": t, "covered": covered, "fields": keys}
             if not covered:
                 failures.append(f"record {j}: inconclusive, never sampled together with another record in {t} "
@@ -863,7 +867,8 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
             report[label] = {"count": count, "expected": runs * p, "p_value": pval}
             worst = min(worst, (pval, label))
             if pval < alpha_each:
-                failures.append(f"{label}: {count} of {runs} runs (expected {runs * p:.3g}, p-value {pval:.3g})")
+                failures.append(f"{label}: {count} of {runs} runs (expected {runs * p:.3g}, p-value {pval:.3g}; "
+                                f"bound: p-value ≥ {alpha_each:.3g})")
         observed = {"runs": runs, "present": present, "q": q, "tests": report,
                     "mean_batch_size": float(sizes.mean()), "worst_p_value": worst[0], "worst_test": worst[1],
                     "failures": failures[:20]}

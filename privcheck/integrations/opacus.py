@@ -34,6 +34,7 @@ from privcheck.integrations.opacus_run import (
     forever,
     opacus_parameters,
 )
+from privcheck.rng_state import preserved_rng
 
 __all__ = ["GradientCanaries", "GradientRecord", "OpacusRun", "bindings_for", "canary_ids", "opacus_parameters",
            "private_dimension"]
@@ -125,7 +126,8 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
     q, sigma, C, divisor = params["q"], params["sigma"], params["C"], params["divisor"]
     dataset = data_loader.dataset
     if records is None:
-        records = [dataset[i] for i in range(min(CHECK_RECORDS, len(dataset)))]
+        with preserved_rng():          # a dataset with random transforms draws from the global generators
+            records = [dataset[i] for i in range(min(CHECK_RECORDS, len(dataset)))]
     if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
         raise InvalidParameter("records", type(records).__name__, "None or a sequence of dataset records")
     records = list(records)
@@ -182,7 +184,8 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
         make_randomness=lambda seed=None, release=False: OpacusRandomness(run, seed, release),
         items=records[:5], additions=records[5:], make_gradient_record=GradientRecord, perturb=perturb,
         model=model, C=C, q=q, n=len(dataset), sigma=sigma, dim=run.dim, target=f"opacus:{type(model).__name__}",
-        whole_step=ws, accountant_event=event, delta=delta, user_epsilon=user_epsilon, precision=precision)
+        whole_step=ws, accountant_event=event, delta=delta, user_epsilon=user_epsilon, precision=precision,
+        generators=run.generators())
 
 
 def _seeds(q: float) -> int:
@@ -214,7 +217,7 @@ def _whole_step(run: OpacusRun, records, *, C, divisor, sigma, q, seeds, public_
 
         def step():
             seen["idx"], seen["rows"] = next(batches), None
-            out = run.train_step(run.collate([dataset[i] for i in seen["idx"]]))
+            out = run.run_batch([dataset[i] for i in seen["idx"]])
             return out if public_return else None
 
         def per_record():

@@ -11,7 +11,12 @@ the snapshot again, so running the checks never changes the user's model, optimi
   per-sample gradient is a given vector) appended to them, pass through the optimizer's own
   `clip_and_accumulate`, wrapped on the instance for the duration of the probe;
 * the optimizer's public settings (noise multiplier, clip norm, divisor, generator) can be set for one probe:
-  that is Opacus run with those settings, its own code doing the work.
+  that is Opacus run with those settings, its own code doing the work. A divisor set under loss_reduction "sum"
+  (where Opacus's `scale_grad` divides by nothing) runs `scale_grad` in "mean" mode for that probe, so that
+  Opacus's own division by `expected_batch_size` applies it;
+* with a `BatchMemoryManager` loader the logical batch is split into physical batches by Opacus's own
+  `BatchSplittingSampler`, which signals the optimizer to skip the step until the last one; `train_step` is called
+  once per physical batch, as the user's loop does, and synthetic rows enter once per logical batch.
 
 Only the per-sample gradient rows are read or injected around Opacus's code; clipping, noise and division are
 Opacus's. Flat vectors concatenate the private parameters in `DPOptimizer.params` order.
@@ -25,9 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from privcheck import validation as v
-from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.errors import CannotObserve, InvalidParameter
 
-__all__ = ["GradientRecord", "OpacusRandomness", "OpacusRun", "Probe", "forever", "opacus_parameters"]
+__all__ = ["GradientRecord", "OpacusRandomness", "OpacusRun", "Probe", "forever", "logical_sampler",
+           "opacus_parameters"]
 
 _KEEP = object()
 _MANY_STEPS = 2 ** 62        # a Poisson sampler that never runs out within one probe or build
@@ -82,6 +88,7 @@ class OpacusRun:
         self.model, self.optimizer, self.loader, self.train_step = model, optimizer, data_loader, train_step
         self.dataset, self.accountant, self.q = dataset, accountant, sample_rate
         self.batch_sampler_factory = batch_sampler_factory
+        self.logical, self.physical = logical_sampler(data_loader.batch_sampler, optimizer)
         self.params = list(optimizer.params)
         names = {id(p): name for name, p in model.named_parameters()}
         missing = [i for i, p in enumerate(self.params) if id(p) not in names]
@@ -104,7 +111,9 @@ class OpacusRun:
         return {"model": copy.deepcopy(self.model.state_dict()),
                 "optimizer": copy.deepcopy(opt.original_optimizer.state_dict()),
                 "attrs": {k: getattr(opt, k) for k in ("noise_multiplier", "max_grad_norm", "expected_batch_size",
-                                                        "generator", "step_hook")},
+                                                        "generator", "step_hook", "loss_reduction",
+                                                        "_is_last_step_skipped")},
+                "skip_queue": list(getattr(opt, "_step_skip_queue", [])),
                 "history": copy.deepcopy(getattr(self.accountant, "history", None)),
                 "clip_wrapper": opt.__dict__.get("clip_and_accumulate")}
 
@@ -115,6 +124,7 @@ class OpacusRun:
         opt.original_optimizer.load_state_dict(copy.deepcopy(saved["optimizer"]))
         for key, value in saved["attrs"].items():
             setattr(opt, key, value)
+        opt._step_skip_queue = list(saved["skip_queue"])     # BatchMemoryManager's pending skip signals
         if saved["history"] is not None:
             self.accountant.history = copy.deepcopy(saved["history"])
         for p in self.params:
@@ -123,6 +133,14 @@ class OpacusRun:
             opt.__dict__.pop("clip_and_accumulate", None)
         else:                                   # e.g. GradientCanaries installed before the bindings were made
             opt.clip_and_accumulate = saved["clip_wrapper"]
+
+    def generators(self) -> list:
+        """The user's own generator objects the checks may draw from: the optimizer's noise generator and the
+        sampler's coin generator (None entries mean torch's global generator, restored separately)."""
+        sampler = self.logical
+        gens = [self.optimizer.generator, getattr(sampler, "generator", None),
+                getattr(getattr(sampler, "sampler", None), "generator", None)]
+        return [g for g in gens if g is not None]
 
     # -------------------------------------------------------------------------------- flat vectors
 
@@ -177,7 +195,7 @@ class OpacusRun:
             return self.batch_sampler_factory(n, q, None if generator is _KEEP else generator)
         if n == 0:            # no record: no batch (`forever` turns that into empty steps)
             return []
-        bs = self.loader.batch_sampler
+        bs = self.logical
         # exact types: a user's subclass is never swapped for the library class it derives from
         if type(bs) is UniformWithReplacementSampler:
             gen = bs.generator if generator is _KEEP else generator
@@ -190,13 +208,14 @@ class OpacusRun:
             elif type(s) is SequentialSampler:
                 inner = SequentialSampler(range(n))
             else:
-                raise InvalidParameter("data_loader", f"a BatchSampler over {type(s).__name__}",
-                                       "RandomSampler or SequentialSampler batches, a DPDataLoader, or "
-                                       "batch_sampler_factory=")
+                raise CannotObserve("the batches of data_loader", f"its BatchSampler draws from "
+                                    f"{type(s).__name__}, which privcheck cannot rebuild over the checks' records "
+                                    "(RandomSampler and SequentialSampler can be): pass batch_sampler_factory=")
             return BatchSampler(inner, bs.batch_size, bs.drop_last)
-        raise InvalidParameter("data_loader", f"batch_sampler {type(bs).__name__}",
-                               "a DPDataLoader (UniformWithReplacementSampler), a DataLoader with a batch size, or "
-                               "batch_sampler_factory=(n, q, generator) -> batch sampler")
+        raise CannotObserve("the batches of data_loader", f"its batch_sampler is a {type(bs).__name__}, which "
+                            "privcheck cannot rebuild over the checks' records (a DPDataLoader's "
+                            "UniformWithReplacementSampler, a torch BatchSampler and BatchMemoryManager's splitting "
+                            "of either can be): pass batch_sampler_factory=(n, q, generator) -> batch sampler")
 
     # -------------------------------------------------------------------------------------- probes
 
@@ -207,15 +226,20 @@ class OpacusRun:
         previous = opt.clip_and_accumulate
         torch = self._torch
 
+        injected = {"done": False}
+
         def clip_and_accumulate():
+            # once per physical batch; the real rows of a logical batch are their concatenation in batch order
             if capture is not None:
-                capture["rows"] = self.rows_of(opt.grad_samples).clone()
-            if rows is not None and len(rows):
+                got = self.rows_of(opt.grad_samples).clone()
+                capture["rows"] = got if capture.get("rows") is None else torch.cat([capture["rows"], got])
+            first, injected["done"] = not injected["done"], True
+            if first and rows is not None and len(rows):
                 pieces = [self.unflat(r) for r in rows]
                 for k, (p, g) in enumerate(zip(self.params, opt.grad_samples)):
                     p.grad_sample = torch.cat([g.detach(), torch.stack([piece[k] for piece in pieces])])
             previous()
-            if extra_sum is not None:
+            if first and extra_sum is not None:
                 for p, piece in zip(self.params, self.unflat(extra_sum)):
                     p.summed_grad = p.summed_grad + piece
 
@@ -233,6 +257,7 @@ class OpacusRun:
             opt.max_grad_norm = float(C)
         if divisor is not None:
             opt.expected_batch_size = divisor
+            opt.loss_reduction = "mean"     # "sum" divides by nothing; "mean" is Opacus's division by the divisor
         if generator is not _KEEP:
             opt.generator = generator
         seen: dict = {}
@@ -246,15 +271,30 @@ class OpacusRun:
 
         handle = opt.original_optimizer.register_step_pre_hook(pre_hook)
         try:
-            self.train_step(self.collate(list(records)))
+            self.run_batch(list(records))
         except _StepReached:
             pass
         finally:
             handle.remove()
             self.restore()
         if "g_hat" not in seen:
-            raise PrivcheckError("train_step(batch) returned without calling optimizer.step() (no update observed)")
+            raise CannotObserve("the noisy update ĝ", "train_step(batch) returned without the optimizer applying an "
+                                "update (optimizer.step() not called, or every step skipped)")
         return Probe(seen["g_hat"], seen.get("rows"), seen["divisor"])
+
+    def run_batch(self, items: Sequence):
+        """One logical step of the user's loop on `items`: `train_step(collate(items))`, or with a
+        BatchMemoryManager loader one call per physical batch of Opacus's `BatchSplittingSampler` (it signals the
+        optimizer to skip all but the last). Returns the return values: one, or a list with one per physical
+        batch (None when every one is None)."""
+        if self.physical is None:
+            return self.train_step(self.collate(list(items)))
+        from opacus.utils.batch_memory_manager import BatchSplittingSampler
+
+        splitter = BatchSplittingSampler(sampler=[list(range(len(items)))], max_batch_size=self.physical,
+                                         optimizer=self.optimizer)
+        out = [self.train_step(self.collate([items[i] for i in chunk])) for chunk in splitter]
+        return None if all(o is None for o in out) else out
 
     def divisor_now(self) -> float:
         opt = self.optimizer
@@ -307,6 +347,22 @@ class OpacusRandomness:
         return self.run.probe([], extra_sum=S, sigma=sigma, C=C, divisor=q * n, generator=self.noise).g_hat
 
 
+def logical_sampler(batch_sampler, optimizer):
+    """(the sampler of logical batches, the physical batch size or None) of a loader's batch sampler: a
+    BatchMemoryManager loader's `BatchSplittingSampler` wraps the logical sampler; it must signal `optimizer`."""
+    from opacus.utils.batch_memory_manager import BatchSplittingSampler
+
+    if type(batch_sampler) is not BatchSplittingSampler:
+        return batch_sampler, None
+    if batch_sampler.optimizer is not optimizer:
+        raise InvalidParameter("data_loader", "a BatchMemoryManager loader of another optimizer",
+                               "BatchMemoryManager(data_loader=..., optimizer=<the bound DPOptimizer>)")
+    m = batch_sampler.max_batch_size
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise InvalidParameter("max_physical_batch_size", m, "an integer >= 1")
+    return batch_sampler.sampler, m
+
+
 def opacus_parameters(optimizer, data_loader=None, *, sample_rate=None) -> dict:
     """The public values Opacus itself uses: {"q", "sigma", "C", "divisor", "expected_batch_size",
     "loss_reduction"}. Raises InvalidParameter for an optimizer Opacus's checks cannot read (not a DPOptimizer,
@@ -350,6 +406,12 @@ def _sample_rate(optimizer, data_loader, sample_rate) -> float:
         return v.sampling_rate("sample_rate", sample_rate)
     if isinstance(data_loader, DPDataLoader):
         return v.sampling_rate("data_loader.sample_rate", data_loader.sample_rate)
+    from opacus.utils.batch_memory_manager import BatchSplittingSampler
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    bs = getattr(data_loader, "batch_sampler", None)
+    if type(bs) is BatchSplittingSampler and type(bs.sampler) is UniformWithReplacementSampler:
+        return v.sampling_rate("data_loader.batch_sampler.sampler.sample_rate", bs.sampler.sample_rate)
     hook = getattr(optimizer, "step_hook", None)
     if hook is not None:
         try:

@@ -12,7 +12,7 @@ import opacus  # noqa: F401 - installed by `make test` (the integrations extra):
 import pytest
 import torch
 
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.integrations.opacus import (
     GradientCanaries,
     bindings_for,
@@ -90,7 +90,8 @@ def test_other_bad_inputs_are_refused():
 
 def test_a_users_sampler_subclass_is_not_replaced_by_opacus_own():
     """The checks rebuild the sampler the loop iterates; a subclass (whatever it changes) is refused, never swapped
-    for the library class it derives from (pass batch_sampler_factory= for it)."""
+    for the library class it derives from (pass batch_sampler_factory= for it): the checks that need its batches
+    fail as "cannot observe", never pass and never error."""
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
     class MySampler(UniformWithReplacementSampler):
@@ -98,8 +99,14 @@ def test_a_users_sampler_subclass_is_not_replaced_by_opacus_own():
 
     engine, model, opt, loader, step = tiny_run()
     loader.batch_sampler.__class__ = MySampler
-    with pytest.raises(InvalidParameter, match="data_loader"):
-        bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3).sample(6, 0.2)
+    b = bindings_for(engine, model, opt, loader, step, delta=1e-5, steps=3)
+    with pytest.raises(CannotObserve, match="data_loader"):
+        b.sample(6, 0.2)
+    from privcheck.checks.catalogue import run_suite
+    for r in run_suite(b, checks=["poisson_sampling", "step_poisson_sampling"]):
+        assert r.status == "fail", (r.name, r.status, r.message)
+        assert r.message.startswith("cannot observe the batches of data_loader: its batch_sampler is a MySampler")
+        assert "batch_sampler_factory" in r.message
 
 
 def test_bindings_refuse_an_optimizer_with_the_canary_hook_installed(tmp_path):
