@@ -47,10 +47,10 @@ from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
 from privcheck.checks.observation import compare_public, flat_grads, grad_dtype, norm, public_leaves, write_grads
 from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES, neighbour_pairs
-from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.randomness import derive_seed
 
-__all__ = ["RUN_CASES", "WHOLE_RUN_CHECKS", "CannotObserve", "RunSession", "WholeRunBindings",
+__all__ = ["RUN_CASES", "WHOLE_RUN_CHECKS", "RunSession", "WholeRunBindings",
            "check_run_noise", "check_run_poisson_sampling", "check_run_public_outputs", "check_run_sensitivity",
            "seed_everything"]
 
@@ -58,10 +58,6 @@ RUN_CASES = ("add", "remove", "empty")
 SEED_NAMESPACE = "privcheck.checks.whole_run"
 SAMPLING_SEED0 = 1_000_000      # seeds of the sampling runs: SAMPLING_SEED0 + run (apart from the pairs' 0, 1, ...)
 MAX_FILE_BYTES = 1 << 30         # a file of the run's working directory is hashed only below this size
-
-
-class CannotObserve(PrivcheckError):
-    """The check cannot observe what it needs (the message says what and why); reported as a failed check."""
 
 
 # --------------------------------------------------------------------------------------------- session
@@ -402,10 +398,10 @@ def _same(x, y) -> bool:
 
 def _require_attached(out, label) -> None:
     if out["error"] is not None and not out["steps"]:
-        raise CannotObserve(f"the private steps ({label}): the run raised before its first private step: "
+        raise CannotObserve(f"the private steps ({label})", f"the run raised before its first private step: "
                             f"{out['error']}")
     if not out["attached"]:
-        raise CannotObserve(f"the private steps ({label}): no private optimizer was attached during the run; "
+        raise CannotObserve(f"the private steps ({label})", "no private optimizer was attached during the run; "
                             "call session.attach(...) once it exists (an integration does this)")
 
 
@@ -452,17 +448,6 @@ def _options(b, precision, cases, seeds):
 
 
 # --------------------------------------------------------------------------------------------- checks
-
-def _observing(fn):
-    """`fn` for `evaluate`, with `CannotObserve` reported as a failed check saying what cannot be observed."""
-    def wrapped():
-        try:
-            return fn()
-        except CannotObserve as exc:
-            return {"passed": False, "observed": {"cannot_observe": str(exc)}, "expected": None, "tolerance": None,
-                    "message": f"cannot observe {exc}"}
-    return wrapped
-
 
 def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[str] | None = None,
                           seeds: int | None = None) -> CheckResult:
@@ -530,7 +515,7 @@ def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[st
                 f"replayed runs ({worst_at})"}
 
     return evaluate(b, "run_sensitivity", prec, "sensitivity of one record at every step of the whole run: "
-                   "‖clip_C(g)‖ ≤ C over the public divisor, earlier noisy updates replayed", inputs, _observing(fn))
+                   "‖clip_C(g)‖ ≤ C over the public divisor, earlier noisy updates replayed", inputs, fn)
 
 
 def _step_of(name: str) -> int:
@@ -587,7 +572,7 @@ def check_run_public_outputs(b, precision: str | None = None, *, cases: Sequence
                             f"{n_fields} public fields identical on neighbours over {runs} replayed runs") + note}
 
     return evaluate(b, "run_public_outputs", prec, "post-processing over the whole run: with every noisy update "
-                   "replayed, the run's public outputs are functions of public inputs only", inputs, _observing(fn))
+                   "replayed, the run's public outputs are functions of public inputs only", inputs, fn)
 
 
 def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | None = None) -> CheckResult:
@@ -652,7 +637,7 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
             tests.append((f"batch size {size}", int((sizes == size).sum()), N,
                           math.comb(m, size) * q ** size * (1 - q) ** (m - size)))
         if N == 0:
-            raise CannotObserve("the sampling: no private round was taken in any run")
+            raise CannotObserve("the sampling", "no private round was taken in any run")
         alpha_each = ALPHA / len(tests)
         report, worst = {}, (math.inf, None)
         for label, count, total, p in tests:
@@ -671,7 +656,7 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
                 f"{worst[0]:.3g}: {worst[1]})"}
 
     return evaluate(b, "run_poisson_sampling", prec, "Poisson subsampling across rounds: independent Bernoulli(q) "
-                   "inclusion per record and round (exact binomial tests)", inputs, _observing(fn))
+                   "inclusion per record and round (exact binomial tests)", inputs, fn)
 
 
 def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckResult:
@@ -750,7 +735,7 @@ def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckR
                 f"(std {report['all steps']['std_ratio']:.5g}·σC/divisor)"}
 
     return evaluate(b, "run_noise", prec, "Gaussian mechanism at every step of the whole run: N(0, σ²C²) before "
-                   "division by the public divisor (exact normal mean and χ² scale tests)", inputs, _observing(fn))
+                   "division by the public divisor (exact normal mean and χ² scale tests)", inputs, fn)
 
 
 WHOLE_RUN_CHECKS: dict[str, Callable[..., CheckResult]] = {
