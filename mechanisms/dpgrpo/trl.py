@@ -35,8 +35,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.pipeline.inputs import tensor_sha256
 from mechanisms.dpgrpo.randomness import TorchRandomness
-from mechanisms.dpgrpo.run_inputs import tensor_sha256
 from privcheck.errors import InvalidParameter
 
 __all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig",
@@ -530,14 +530,14 @@ class DPGRPOTrainer(GRPOTrainer):
 
         from safetensors.torch import save
 
-        from mechanisms.dpgrpo.run_artifact import (
+        from mechanisms.dpgrpo.pipeline.artifact import (
             RUN_SCHEMA,
             RUN_SCHEMA_ID,
             assumptions_block,
             environment_block,
             privacy_block,
         )
-        from mechanisms.dpgrpo.run_inputs import sha256_bytes, verifier_sha256
+        from mechanisms.dpgrpo.pipeline.inputs import sha256_bytes, verifier_sha256
         from privcheck.artifacts import ArtifactDirectory
         from privcheck.serialization import jsonable, utc_now
 

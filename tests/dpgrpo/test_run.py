@@ -18,9 +18,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from mechanisms.dpgrpo import run as runmod
+from mechanisms.dpgrpo.pipeline import run as runmod
+from mechanisms.dpgrpo.pipeline.compare import shared_privacy_check
 from mechanisms.dpgrpo.presets import GPU_H200, TINY_CPU, get_preset
-from mechanisms.dpgrpo.run_compare import shared_privacy_check
 from privcheck.artifacts.schema import load_schema
 from privcheck.artifacts.writer import canonical_json
 from privcheck.errors import InvalidParameter

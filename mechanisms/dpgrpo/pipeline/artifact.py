@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import uuid
 
-from mechanisms.dpgrpo.run_inputs import verifier_sha256
-from mechanisms.dpgrpo.run_setup import RunSetup
+from mechanisms.dpgrpo.pipeline.inputs import verifier_sha256
+from mechanisms.dpgrpo.pipeline.setup import RunSetup
 from privcheck.serialization import jsonable, utc_now
 
 __all__ = ["RUN_SCHEMA", "RUN_SCHEMA_ID", "assumptions_block", "environment_block", "finite_or_none",
