@@ -94,6 +94,9 @@ class SuiteBindings:
     precision: str | None = None
     # checks that do not apply to the bound trainer: check name -> the reason, reported with status "skipped"
     not_applicable: Mapping[str, str] | None = None
+    # what these bindings verify (a `privcheck.artifacts.identity.Subject`: the trainer's identity and declared
+    # check-mode differences); `run_suite` stamps every result with it
+    subject: Any = None
 
 
 # --------------------------------------------------------------------------------------------- helpers

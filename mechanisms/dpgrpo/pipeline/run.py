@@ -81,7 +81,12 @@ def verification_block(setup: RunSetup) -> dict:
     for c in checks:
         by_precision.setdefault(c.get("precision") or "float64", []).append(c)
     float64 = by_precision.pop("float64")
-    return {"status": status, "suite": suite.name, "float64": jsonable(float64), "preflight": jsonable(by_precision)}
+    # the identity the float64 catalogue verified (the reference fixture's trainer: `artifact.identity_block`
+    # binds it to each arm); V13 runs on its own fixture and is listed, not bound
+    subjects = {r.verified.identity.digest: r.verified.identity for r in suite.checks if r.verified is not None}
+    verified = next(iter(subjects.values())).to_json() if len(subjects) == 1 else None
+    return {"status": status, "suite": suite.name, "float64": jsonable(float64), "preflight": jsonable(by_precision),
+            "identity": verified}
 
 
 def _shared_verification(setup: RunSetup) -> dict:
