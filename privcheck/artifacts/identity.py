@@ -89,7 +89,8 @@ class RunIdentity:
     config: Any
     model: Any = None
     peft: Any = None
-    privcheck_version: str = dataclasses.field(default_factory=privcheck_version)
+    # looked up when an identity is made (not bound once), so the version that computes it is the one recorded
+    privcheck_version: str = dataclasses.field(default_factory=lambda: privcheck_version())
 
     def __post_init__(self):
         if not isinstance(self.trainer, str) or not self.trainer:

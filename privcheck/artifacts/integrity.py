@@ -169,7 +169,9 @@ def _dpgrpo_run_rules(doc: dict) -> list[str]:
     if doc["privacy_release"] and (doc["status"] != "complete" or doc["verification"].get("status") != "pass"):
         problems.append(f"privacy_release = true contradicts status {doc['status']!r} / verification status "
                         f"{doc['verification'].get('status')!r} (a release is complete and verified)")
-    block = doc["identity"]
+    block = doc.get("identity")
+    if block is None:                   # the schema requires it: only a partial document reaches here without
+        return problems
     problems += binding_problems(block, verification_status=doc["verification"]["status"])
     # the trained identity is this artifact's run: its configuration and its plan's (q, σ, T, δ, C, n)
     trained = block["trained"]
