@@ -68,8 +68,8 @@ from audits.report import (
 )
 from audits.score_models import MAX_STEPS, DPSGDDirac
 from audits.strategies import Explicit
+from mechanisms.dpgrpo.pipeline.run import torch_threads
 from mechanisms.dpgrpo.presets import MAX_RECORDS, MAX_ROUNDS
-from mechanisms.dpgrpo.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
 from privcheck.serialization import dump_json
@@ -235,7 +235,7 @@ def local_audit_preset(model, tokenizer=None, *, base: str = "tiny-cpu", q: floa
     constants are those of `base`'s audit preset; there is no public pretraining (the model is audited as saved).
     The tokenizer must encode the task's prompts (digits, '+', '='; `mechanisms.dpgrpo.models.hf_char_tokenizer`
     saves one with the tiny model's ids). Paths and targets are checked here, before any work."""
-    from mechanisms.dpgrpo.run_inputs import file_sha256
+    from mechanisms.dpgrpo.pipeline.inputs import file_sha256
 
     model_dir, cfg = _model_dir(model)
     tok_dir = model_dir if tokenizer is None else _tokenizer_dir(tokenizer)

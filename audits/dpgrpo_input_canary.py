@@ -101,7 +101,7 @@ from audits.dpgrpo_input_scoring import (
 )
 from audits.dpgrpo_input_training import CanaryTelemetry, train_with_canaries
 from audits.report import AuditReport
-from mechanisms.dpgrpo.run import torch_threads
+from mechanisms.dpgrpo.pipeline.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 

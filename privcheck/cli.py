@@ -250,9 +250,28 @@ def cmd_verify(args) -> int:
     return 0 if doc["status"] == "pass" else 1
 
 
+def _report_runs(args) -> int:
+    """`privcheck report` on a run directory (run-*.json, no verification.json): check every run artifact."""
+    from privcheck.artifacts.report import EXIT_PROBLEMS, check_run_artifacts, warning_line
+    checked = check_run_artifacts(args.dir)
+    bad = [(path, problems) for path, _, problems in checked if problems]
+    warning = warning_line(bad[0][1], str(bad[0][0])) if bad else None
+    payload = {"intact": not bad, "warning": warning,
+               "artifacts": [{"artifact": str(path), "problems": problems, "sha256": doc.get("sha256")}
+                             for path, doc, problems in checked]}
+    rows = [(f"problem {path.name}", p) for path, _, problems in checked for p in problems]
+    rows += [(path.name, "intact" if not problems else f"{len(problems)} problem(s)") for path, _, problems in checked]
+    if warning and not args.json:
+        print(warning)
+    emit(args, payload, rows)
+    return EXIT_PROBLEMS if bad else 0
+
+
 def cmd_report(args) -> int:
     """Exit 0 when the artifact checks out, EXIT_PROBLEMS (1) with a first-line warning when it does not."""
-    from privcheck.artifacts.report import EXIT_PROBLEMS, render_report, warning_line
+    from privcheck.artifacts.report import ARTIFACT, EXIT_PROBLEMS, RUN_ARTIFACTS, render_report, warning_line
+    if not (Path(args.dir) / ARTIFACT).is_file() and any(Path(args.dir).glob(RUN_ARTIFACTS)):
+        return _report_runs(args)
     done = render_report(args.dir)
     warning = warning_line(done.problems, str(done.artifact)) if done.problems else None
     counts = done.counts or {}
@@ -380,7 +399,8 @@ def _core_parser():
     v.add_argument("--seed", type=seed, default=None, help="seed for suites with statistical checks, in [0, 2^63 − 1]")
     v.set_defaults(func=cmd_verify)
 
-    r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown")
+    r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown, or check the run "
+                                                        "artifacts DIR/run-*.json")
     r.add_argument("dir")
     r.set_defaults(func=cmd_report)
 

@@ -207,7 +207,7 @@ SPECS = [
         "--rounds": count(1, 10**5, ("1", "100000")),
         "--skip-verification": SWITCH_FLAG, "--no-timing": SWITCH_FLAG},
         required=("--preset", "--out"), exclusive=(("--seeds", "--seed"),),
-        work=("mechanisms.dpgrpo.run_setup:arm_config",), writes=True),
+        work=("mechanisms.dpgrpo.pipeline.setup:arm_config",), writes=True),
     Spec(("run", "selection"), {"--out": "{out}"}, {
         "--preset": choice(("cpu-tiny", "gpu-h200")), "--device": choice(("cpu", "cuda"), ("tpu", "")),
         "--out": out(), "--seed": seed(),

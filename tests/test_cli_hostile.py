@@ -30,7 +30,7 @@ WRITERS = {
     "simulate selection": (["simulate", "selection", "--quick"], ("mechanisms.selection.simulate:run_simulation",)),
     "run selection": (["run", "selection"], ("mechanisms.selection.pipeline.run:check_out",)),
     "run dp-grpo": (["run", "dp-grpo", "--preset", "tiny-cpu", "--device", "cpu"],
-                    ("mechanisms.dpgrpo.run_setup:arm_config",)),
+                    ("mechanisms.dpgrpo.pipeline.setup:arm_config",)),
     "audit one-run": (ONE_RUN, None),
     "audit clopper-pearson": (["audit", "clopper-pearson", *RUNS], None),
     "audit gdp": (["audit", "gdp", *RUNS], None),

@@ -42,9 +42,9 @@ Modules: `core` (pure tensor functions), `records` (Record, SlotUniverse, Rollou
 float64 and preflight fixtures), `whole_step` (whole-step bindings of DPTrainer, docs/whole_step.md), `trl`
 (`DPGRPOTrainer` inside TRL, docs/integrations/trl.md; imported on demand, never by the package, because it
 imports trl), `audit_hooks` (canary slots' reserved-coordinate log), `timing` (private/non-private round time
-on public records), `presets`, `pretrain`, `evaluation`; end-to-end runs: `run_setup` (validated inputs),
-`run_inputs` (models, prompts, records, hashes), `run_arm` (one arm), `run_artifact` (the run artifact),
-`run_compare` (compare artifact, report, plots), `run` (the entry point); `cli` (`privcheck run dp-grpo`).
+on public records), `presets`, `pretrain`, `evaluation`; end-to-end runs in `pipeline` (`setup`, `inputs`, `arm`,
+`artifact`, `compare`, `run`, `launch`: the command-line run, apart from the trainer and the checks' bindings);
+`cli` (`privcheck run dp-grpo`).
 """
 
 import importlib

@@ -48,7 +48,7 @@ def cmd_run_dpgrpo(args) -> int:
     InvalidParameter)."""
     import contextlib
 
-    from mechanisms.dpgrpo.launch import detect_launch
+    from mechanisms.dpgrpo.pipeline.launch import detect_launch
     from privcheck.artifacts import claim_output_directory
 
     launch = detect_launch()
@@ -58,9 +58,9 @@ def cmd_run_dpgrpo(args) -> int:
 
 
 def _run(args, out) -> int:
+    from mechanisms.dpgrpo.pipeline.run import run_dpgrpo
+    from mechanisms.dpgrpo.pipeline.setup import DEFAULT_ARMS
     from mechanisms.dpgrpo.presets import MAX_ROUNDS
-    from mechanisms.dpgrpo.run import run_dpgrpo
-    from mechanisms.dpgrpo.run_setup import DEFAULT_ARMS
     from privcheck import validation as val
     from privcheck.cli import emit
 

@@ -35,16 +35,26 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.config import DPGRPOConfig
+from mechanisms.dpgrpo.pipeline.inputs import tensor_sha256
 from mechanisms.dpgrpo.randomness import TorchRandomness
-from mechanisms.dpgrpo.run_inputs import tensor_sha256
+from privcheck.artifacts.identity import subject_token
 from privcheck.errors import InvalidParameter
 
-__all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig",
-           "PromptContribution", "dp_config_for"]
+__all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig", "IDENTITY_ARGS",
+           "PromptContribution", "dp_config_for", "identity_args"]
 
 ALLOWED_LOSS_TYPES = ("grpo",)            # eq. (7): token mean per completion, mean over the prompt's G
 ALLOWED_SCALE_REWARDS = ("group", "none")  # statistics of the prompt's own group only
 _UNSUPPORTED_KWARGS = ("tools", "rollout_func", "environment_factory")
+# The TRL arguments that change what a step computes (generation, loss, optimizer, schedule, steps, dtype), in
+# the run's identity with every dp_* setting; paths, logging, saving and hub settings are left out
+# (docs/artifacts.md, "Run identity").
+IDENTITY_ARGS = ("num_generations", "max_completion_length", "temperature", "top_p", "top_k", "min_p",
+                 "repetition_penalty", "generation_kwargs", "chat_template_kwargs", "beta", "loss_type",
+                 "scale_rewards", "reward_weights", "multi_objective_aggregation", "num_iterations", "epsilon",
+                 "epsilon_high", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
+                 "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_steps", "seed", "bf16",
+                 "fp16", "cast_lm_head_to_fp32", "disable_dropout")
 
 
 @dataclass
@@ -218,15 +228,23 @@ def _public_args(args) -> dict:
             for k, v in out.items()}
 
 
-def _verification_block(results) -> dict:
-    """The artifact's `verification` entry from `CheckResult`s: "pass" when at least one check ran and every check
-    that ran passed (skipped checks are listed, never counted as passed), grouped by precision."""
-    if results is None:
+def identity_args(args) -> dict:
+    """The arguments of `args` in the run's identity: `IDENTITY_ARGS` and every dp_* setting."""
+    out = {k: getattr(args, k, None) for k in IDENTITY_ARGS}
+    out.update({f.name: getattr(args, f.name) for f in dataclasses.fields(DPGRPOTrainerConfig)
+                if f.name.startswith("dp_")})
+    return out
+
+
+def _verification_block(binding) -> dict:
+    """The artifact's `verification` entry from the bound evidence: "pass" when at least one check ran and every
+    check that ran passed (skipped checks are listed, never counted as passed), grouped by precision."""
+    if binding.evidence is None:
         return {"status": "skipped", "reason": "no verification results given to save_run_artifact", "float64": [],
                 "preflight": {"float32": [], "bfloat16": []}}
     from privcheck.serialization import jsonable
 
-    checks = [r.to_json() for r in results]
+    checks = [r.to_json() for r in binding.evidence.results]
     ran = [c for c in checks if c["status"] != "skipped"]
     status = "pass" if ran and all(c["status"] == "pass" for c in ran) else "fail"
     groups = {"float64": [], "float32": [], "bfloat16": []}
@@ -522,37 +540,49 @@ class DPGRPOTrainer(GRPOTrainer):
     def save_run_artifact(self, out, *, verification=None) -> dict:
         """Write the run artifact of `privcheck run dp-grpo` (`privcheck.dpgrpo.run/1`, docs/dpgrpo.md) to the
         directory `out`: run-dp_grpo-REPLICATE.json, the private telemetry (private/, 0700/0600) and the trainable
-        weights (safetensors). `verification`: the `CheckResult`s of the suite on this trainer's bindings (else
-        recorded as skipped). Needs `eval_dataset` (public prompts, evaluated by `train()` before and after)."""
+        weights (safetensors). Needs `eval_dataset` (public prompts, evaluated by `train()` before and after).
+
+        `verification`: the results of `run_suite(self.privcheck_bindings(...))` (a list, a name -> result
+        mapping or a `VerificationEvidence`), else recorded as skipped. Results of another trainer, configuration
+        or plan (`ForeignVerification`), of another privcheck version or of this trainer before a change
+        (`StaleVerification`), or without an identity (`UnboundVerification`) are refused, naming each mismatched
+        field with both values, before anything is written; a partial or failing suite is recorded with
+        `privacy_release: false` and the reason (docs/artifacts.md, "Run identity")."""
         import json
         import types
         import uuid
 
         from safetensors.torch import save
 
-        from mechanisms.dpgrpo.run_artifact import (
+        from mechanisms.dpgrpo.pipeline.artifact import (
             RUN_SCHEMA,
             RUN_SCHEMA_ID,
             assumptions_block,
             environment_block,
             privacy_block,
         )
-        from mechanisms.dpgrpo.run_inputs import sha256_bytes, verifier_sha256
+        from mechanisms.dpgrpo.pipeline.inputs import sha256_bytes, verifier_sha256
         from privcheck.artifacts import ArtifactDirectory
+        from privcheck.artifacts.identity import bind_verification
+        from privcheck.checks.catalogue import CHECKS
         from privcheck.serialization import jsonable, utc_now
 
+        # refused before anything is written: evidence that is not this run's
+        binding = bind_verification(self.privcheck_identity(), verification, required=tuple(CHECKS),
+                                    token=subject_token(self))
         if len(self.evaluation_curve) < 2:
             _refuse("eval_dataset", self.eval_dataset, "public prompts, evaluated by train() before and after "
                     "training (the artifact's evaluation)")
         cfg = self.dp_config
         label = "release" if cfg.randomness == "os_entropy" else f"seed{cfg.randomness}"
         status = "complete" if self.t == cfg.T else "incomplete"
-        ver = _verification_block(verification)
+        ver = _verification_block(binding)
         blockers = list(self.release_blockers)
         if status != "complete":
             blockers.append(f"incomplete: {self.t} of {cfg.T} steps")
-        if ver["status"] != "pass":
-            blockers.append("verification suite " + ("skipped" if ver["status"] == "skipped" else "did not pass"))
+        blockers += binding.blockers()
+        if binding.evidence is not None and ver["status"] != "pass" and not binding.failed:
+            blockers.append("verification suite did not pass: no check ran")
         shim = types.SimpleNamespace(sigma_bracket=None, sigma_source=None, tuning_on_private_data="unknown",
                                      tuning_note="settings chosen by the TRL user; privcheck cannot tell whether "
                                                  "they were tuned on private data")
@@ -591,7 +621,8 @@ class DPGRPOTrainer(GRPOTrainer):
         doc = {"schema": RUN_SCHEMA_ID, "run_id": uuid.uuid4().hex, "created_utc": utc_now(), "status": status,
                "stop_reason": None if status == "complete" else f"stopped after {self.t} of {cfg.T} steps",
                "arm": "dp_grpo", "replicate": label,
-               "privacy_release": bool(self.privacy_release and status == "complete" and ver["status"] == "pass"),
+               "privacy_release": bool(self.privacy_release and status == "complete" and ver["status"] == "pass"
+                                       and binding.complete),
                "release_blockers": blockers, "config": {**cfg.to_json(), "sha256": cfg.sha256()},
                "public_inputs": public_inputs, "privacy": privacy, "public_telemetry": list(self.public_telemetry),
                "private_telemetry_ref": {"path": priv_rel, "sha256": sha256_bytes(private_bytes), "mode": "0600"},
@@ -602,7 +633,7 @@ class DPGRPOTrainer(GRPOTrainer):
                           "private_over_nonprivate": None, "note": "not measured by the TRL trainer"},
                "environment": environment_block(types.SimpleNamespace(device=self.space.params[0].device.type),
                                                 self, torch.are_deterministic_algorithms_enabled()),
-               "verification": ver, "randomness": self.randomness.to_json()}
+               "verification": ver, "identity": binding.to_json(), "randomness": self.randomness.to_json()}
         with ArtifactDirectory(out) as staging:
             staging.mkdir("private", mode=0o700)
             staging.write_bytes(priv_rel, private_bytes, mode=0o600)
@@ -622,8 +653,27 @@ class DPGRPOTrainer(GRPOTrainer):
         parts["args"] = args
         return type(self)(train_dataset=train_dataset, **parts)
 
+    def privcheck_identity(self):
+        """The run's `RunIdentity` (docs/artifacts.md, "Run identity"): this class, the plan, the public
+        configuration (`{"dp": dp_config.to_json(), "args": identity_args(args)}`), the initial model's
+        architecture and the PEFT configuration."""
+        from mechanisms.dpgrpo.identity import model_json, peft_json, qualified_name
+        from privcheck.artifacts.identity import RunIdentity
+
+        return RunIdentity(trainer=qualified_name(self), plan=self.plan.to_json(),
+                           config={"dp": self.dp_config.to_json(), "args": identity_args(self.args)},
+                           model=model_json(self._init_parts["model"]), peft=peft_json(self.model))
+
     def privcheck_bindings(self, **options):
-        """`privcheck.integrations.trl.bindings_for(self, **options)`: the checks' bindings for this trainer."""
+        """`privcheck.integrations.trl.bindings_for(self, **options)`: the checks' bindings for this trainer, whose
+        `subject` is this trainer's identity, so the results of `run_suite` carry it. Declared check mode: the
+        checks draw their randomness from seeds (each check item's, and the fresh copies' `dp_seed`)."""
+        import dataclasses as dc
+
+        from privcheck.artifacts.identity import Difference, Subject
         from privcheck.integrations.trl import bindings_for
 
-        return bindings_for(self, **options)
+        seeded = Difference("config.dp.randomness", self.dp_config.randomness,
+                            "seeded per check (check items and fresh copies)")
+        subject = Subject(self.privcheck_identity(), (seeded,), subject_token(self))
+        return dc.replace(bindings_for(self, **options), subject=subject)

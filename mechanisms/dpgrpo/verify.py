@@ -35,6 +35,7 @@ import torch
 
 from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.fixtures import PREFLIGHT_BASE_DTYPES, preflight_fixture, reference_fixture, replay_groups
+from mechanisms.dpgrpo.identity import dptrainer_subject
 from mechanisms.dpgrpo.randomness import make_randomness
 from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
 from mechanisms.dpgrpo.rollouts import make_group, token_logprobs
@@ -158,7 +159,8 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
 
     Every callable goes through the trainer's own entry points; where a check varies C, σ, q, n or the chunk
     size, a trainer of the same class with `config.replace(...)` is built (shared model, arm, randomness).
-    `flat_update` (V4) is the one independent path: the flat GRPO loss written from eqs. (2) and (7)."""
+    `flat_update` (V4) is the one independent path: the flat GRPO loss written from eqs. (2) and (7).
+    `subject` is the trainer's identity (`mechanisms.dpgrpo.identity`): the results of `run_suite` carry it."""
     from privcheck.checks.training import SuiteBindings
 
     cfg = trainer.config
@@ -352,7 +354,7 @@ def bindings_for(trainer, *, items=None, perturb=None, additions=None, constant_
         C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=trainer.space.dim, G=cfg.G, beta=cfg.beta,
         accountant_event=accountant_event, delta=accountant_delta,
         user_epsilon=user_epsilon if plan is not None else None,
-        target=f"{type(trainer).__module__}.{type(trainer).__qualname__}")
+        target=f"{type(trainer).__module__}.{type(trainer).__qualname__}", subject=dptrainer_subject(trainer))
 
 
 # ------------------------------------------------------------------------------- fixtures

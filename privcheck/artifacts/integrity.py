@@ -163,10 +163,31 @@ def _verification_rules(doc: dict) -> list[str]:
 
 
 def _dpgrpo_run_rules(doc: dict) -> list[str]:
+    from privcheck.artifacts.identity import binding_problems
+
+    problems = []
     if doc["privacy_release"] and (doc["status"] != "complete" or doc["verification"].get("status") != "pass"):
-        return [f"privacy_release = true contradicts status {doc['status']!r} / verification status "
-                f"{doc['verification'].get('status')!r} (a release is complete and verified)"]
-    return []
+        problems.append(f"privacy_release = true contradicts status {doc['status']!r} / verification status "
+                        f"{doc['verification'].get('status')!r} (a release is complete and verified)")
+    block = doc.get("identity")
+    if block is None:                   # the schema requires it: only a partial document reaches here without
+        return problems
+    problems += binding_problems(block, verification_status=doc["verification"]["status"])
+    # the trained identity is this artifact's run: its configuration and its plan's (q, σ, T, δ, C, n)
+    trained = block["trained"]
+    config = {k: v for k, v in doc["config"].items() if k != "sha256"}
+    if trained["config"].get("dp") != config:
+        problems.append("identity.trained.config.dp is not the artifact's config")
+    privacy, plan = doc["privacy"], trained["plan"]
+    if (privacy is None) != (plan is None):
+        problems.append("identity.trained.plan contradicts the privacy entry (one is null)")
+    elif plan is not None:
+        for key, field in (("q", "sampling_rate"), ("sigma", "noise_multiplier"), ("T", "steps"),
+                           ("delta", "delta"), ("C", "clip_norm"), ("n", "records")):
+            if privacy.get(key) != plan.get(field):
+                problems.append(f"identity.trained.plan.{field} = {plan.get(field)!r} contradicts privacy.{key} = "
+                                f"{privacy.get(key)!r}")
+    return problems
 
 
 def _dpgrpo_compare_rules(doc: dict) -> list[str]:

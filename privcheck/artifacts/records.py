@@ -32,6 +32,9 @@ class CheckResult:
     seconds: float = 0.0
     status: str | None = None   # "pass" | "fail" | "error" | "skipped" (default: from `passed`)
     precision: str | None = None  # e.g. "float64", "float32" for checks run at a stated precision
+    # the `privcheck.artifacts.identity.Subject` of the bindings it ran on (set by `run_suite`): which trainer
+    # the result verified; recorded by the run artifact's binding, not by `to_json`
+    verified: Any = field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", MappingProxyType(dict(self.inputs)))

@@ -20,12 +20,13 @@ from privcheck.artifacts.seal import sha256_of
 from privcheck.artifacts.writer import ArtifactDirectory
 from privcheck.errors import InvalidParameter
 
-__all__ = ["ARTIFACT", "EXIT_PROBLEMS", "KIND", "RenderedReport", "render_markdown", "render_plots", "render_report",
-           "warning_line", "write_report"]
+__all__ = ["ARTIFACT", "EXIT_PROBLEMS", "KIND", "RUN_ARTIFACTS", "RenderedReport", "check_run_artifacts",
+           "render_markdown", "render_plots", "render_report", "warning_line", "write_report"]
 
 ARTIFACT = "verification.json"
 KIND = "verification"
 EXIT_PROBLEMS = 1       # `privcheck report`: the artifact does not check out, a negative result like a failed check
+RUN_ARTIFACTS = "run-*.json"   # DP-GRPO run artifacts (`privcheck run dp-grpo`, `save_run_artifact`): checked only
 
 
 def _fmt(x) -> str:
@@ -188,3 +189,19 @@ def render_report(directory: str | Path) -> RenderedReport:
     counts = None if schema_problems(doc, KIND) else count_checks(doc["checks"])
     return RenderedReport(report=directory / "report.md", artifact=artifact, problems=problems, counts=counts,
                           sha256=doc["sha256"], sha256_recomputed=sha256_of(doc))
+
+
+def check_run_artifacts(directory: str | Path) -> list[tuple[Path, dict, list[str]]]:
+    """(path, document, problems) of every run artifact DIR/run-*.json: seal, schema and consistency, which for a
+    DP-GRPO run includes the binding of its verification to the trained run (docs/artifacts.md, "Run identity").
+    Nothing is written (the run's own report.md is the run's). Raises InvalidParameter when DIR has none and
+    ArtifactUnreadable for a file that is not a sealed JSON document."""
+    directory = Path(directory)
+    paths = sorted(directory.glob(RUN_ARTIFACTS)) if directory.is_dir() else []
+    if not paths:
+        raise InvalidParameter("dir", str(directory), "a directory containing verification.json or run-*.json")
+    out = []
+    for path in paths:
+        doc = load_artifact(path)
+        out.append((path, doc, check_artifact(doc)))
+    return out

@@ -81,7 +81,8 @@ def check_names() -> tuple[str, ...]:
 def run_suite(bindings: SuiteBindings, precision: str | None = None, checks: Sequence[str] | None = None
               ) -> list[CheckResult]:
     """Run `checks` (names of `CHECKS` or `SELF_CHECKS`, in the given order; default: every check of `CHECKS`,
-    in catalogue order) on `bindings` at `precision` (None → `bindings.precision` → "float64").
+    in catalogue order) on `bindings` at `precision` (None → `bindings.precision` → "float64"). Each result
+    carries `bindings.subject` (`CheckResult.verified`: the identity of the trainer it verified).
 
     Bad input (not a SuiteBindings, an unknown precision or check name) raises `InvalidParameter` and a model
     with dropout raises `DropoutEnabled`, before any check runs."""
@@ -93,8 +94,11 @@ def run_suite(bindings: SuiteBindings, precision: str | None = None, checks: Seq
     unknown = [n for n in names if n not in table]
     if unknown or (checks is not None and isinstance(checks, str)):
         raise InvalidParameter("checks", checks, f"a sequence of names among {tuple(table)}")
+    from privcheck.artifacts.identity import stamp
+
+    stamp((), bindings)                 # a malformed subject is refused before any check runs
     assert_no_dropout(bindings.model)
-    return [table[n](bindings, precision) for n in names]
+    return stamp([table[n](bindings, precision) for n in names], bindings)
 
 
 # ----------------------------------------------------------------------------------------------- V13

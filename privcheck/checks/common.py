@@ -110,6 +110,9 @@ class SuiteBindings:
     # the trainer's own generator objects (torch, numpy or `random.Random`) that the checks draw from; every check
     # restores their states (and the global ones) when it returns
     generators: Sequence | None = None
+    # what these bindings verify (a `privcheck.artifacts.identity.Subject`: the trainer's identity and declared
+    # check-mode differences); `run_suite` stamps every result with it
+    subject: Any = None
 
 
 # --------------------------------------------------------------------------------------------- helpers

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from mechanisms.dpgrpo import core
-from mechanisms.dpgrpo import run as runmod
+from mechanisms.dpgrpo.pipeline import run as runmod
 from mechanisms.dpgrpo.presets import get_preset
 from mechanisms.dpgrpo.randomness import TorchRandomness
 
@@ -247,7 +247,7 @@ def test_a_cuda_rank_without_its_gpu_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_a_plain_process_reads_no_launch(monkeypatch):
-    from mechanisms.dpgrpo.launch import detect_launch
+    from mechanisms.dpgrpo.pipeline.launch import detect_launch
     for k in RANK_VARS:
         monkeypatch.delenv(k, raising=False)
     assert detect_launch() is None

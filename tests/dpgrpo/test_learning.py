@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from mechanisms.dpgrpo.run import run_dpgrpo
+from mechanisms.dpgrpo.pipeline.run import run_dpgrpo
 
 MIN_GAIN = 0.03       # DP-GRPO final − initial
 MIN_CONTRAST = 0.05   # DP-GRPO final − control final

@@ -18,9 +18,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from mechanisms.dpgrpo import run as runmod
+from mechanisms.dpgrpo.pipeline import run as runmod
+from mechanisms.dpgrpo.pipeline.compare import shared_privacy_check
 from mechanisms.dpgrpo.presets import GPU_H200, TINY_CPU, get_preset
-from mechanisms.dpgrpo.run_compare import shared_privacy_check
 from privcheck.artifacts.schema import load_schema
 from privcheck.artifacts.writer import canonical_json
 from privcheck.errors import InvalidParameter
@@ -180,7 +180,12 @@ def test_private_telemetry_is_0600_hashed_and_not_public(gpu_run):
         public = load(path)
         private_keys = keys_of(lines) - {"t"}
         assert {"batch_size", "reward_mean", "pre_clip_norms", "records", "lengths", "loss"} <= private_keys
-        assert not (keys_of(public) & private_keys), keys_of(public) & private_keys
+        # the identities' plan is the privacy plan's to_json(): its "records" is the public n (privacy.n)
+        if public["privacy"] is not None:
+            assert public["identity"]["trained"]["plan"]["records"] == public["privacy"]["n"]
+        shown = dict(public, identity={side: {k: v for k, v in (public["identity"][side] or {}).items() if k != "plan"}
+                                       for side in ("trained", "verified")})
+        assert not (keys_of(shown) & private_keys), keys_of(shown) & private_keys
         text = path.read_text()
         assert ref["path"] in text and "pre_clip_norms" not in text
         # values: no high-precision private number (norm, loss, KL, wall time) appears among public numbers
@@ -325,11 +330,19 @@ def test_wall_clock_guard_marks_incomplete(tmp_path, capsys):
 
 
 def _stub_suite(passed: bool):
+    """Every check of the catalogue and V12, stamped with a DPTrainer on another (fixture) plan and configuration,
+    the first one failing unless `passed`."""
+    from privcheck.artifacts.identity import RunIdentity, Subject
     from privcheck.artifacts.records import CheckResult, SuiteResult
+    from privcheck.checks.catalogue import CHECKS, SELF_CHECKS
+
+    subject = Subject(RunIdentity(trainer="mechanisms.dpgrpo.trainer.DPTrainer", plan={"steps": 100},
+                                  config={"dp": {"stub": True}}))
 
     def run_suite(seed=None):
-        checks = [CheckResult(name="stub_check", suite="dpgrpo", passed=passed, observed=1.0, expected=1.0,
-                              tolerance=0.0, reference="stub", status=None if passed else "fail")]
+        checks = [CheckResult(name=name, suite="dpgrpo", passed=passed or k > 0, observed=1.0, expected=1.0,
+                              tolerance=0.0, reference="stub", verified=subject)
+                  for k, name in enumerate([*CHECKS, *SELF_CHECKS])]
         return SuiteResult(name="dpgrpo", checks=checks)
     return run_suite
 
@@ -349,7 +362,9 @@ def test_release_mode_follows_the_verification_verdict(tmp_path, monkeypatch, pa
     assert len(calls) == 1 and len(outcome.artifacts) == (1 if arms else 2)
     for _, doc in outcome.artifacts:
         assert doc["replicate"] == "release" and doc["randomness"] == {"mode": "os_entropy"}
-        assert doc["verification"]["float64"][0]["name"] == "stub_check"
+        assert doc["verification"]["float64"][0]["reference"] == "stub"
+        assert doc["identity"]["bound"] is True and doc["identity"]["missing_checks"] == []
+        assert {"field": "plan.steps", "real": 8, "checked": 100} in doc["identity"]["check_mode_differences"]
         assert "seed" not in doc["evaluation"] and "seed" not in doc["randomness"]
         assert doc["config"]["randomness"] == "os_entropy"
         if passed:

@@ -14,8 +14,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from mechanisms.dpgrpo.pipeline.setup import RunSetup
 from mechanisms.dpgrpo.presets import QWEN2_LORA_TARGETS, IdTokenizer, Preset, random_id_prompts
-from mechanisms.dpgrpo.run_setup import RunSetup
 from privcheck.errors import InvalidParameter
 
 __all__ = ["PUBLIC_EVAL_SEED", "Built", "build_model", "eval_prompts", "file_sha256", "private_records",

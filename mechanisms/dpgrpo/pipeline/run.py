@@ -1,9 +1,9 @@
 """End-to-end DP-GRPO runs: the entry point of `privcheck run dp-grpo` (docs/dpgrpo.md, "End-to-end runs").
 
-`run_dpgrpo(preset, out=DIR, ...)`: validate everything (`run_setup.setup_run`), run the float64 verification
+`run_dpgrpo(preset, out=DIR, ...)`: validate everything (`setup.setup_run`), run the float64 verification
 suite once, then for each replicate (a seed, or one OS-entropy run) and each arm run the arm
-(`run_arm.run_arm`), and write DIR: one run artifact per arm (`run_artifact`), its private telemetry, the LoRA
-weights, the compare artifact, a report and plots (`run_compare`).
+(`arm.run_arm`), and write DIR: one run artifact per arm (`artifact`), its private telemetry, the LoRA
+weights, the compare artifact, a report and plots (`compare`).
 
 Guarantees:
 
@@ -31,11 +31,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from mechanisms.dpgrpo.run_arm import Clock, run_arm
-from mechanisms.dpgrpo.run_artifact import RUN_SCHEMA
-from mechanisms.dpgrpo.run_compare import COMPARE_SCHEMA, build_compare, plot_png, render_report
-from mechanisms.dpgrpo.run_inputs import eval_prompts, sha256_bytes, task_tokenizer
-from mechanisms.dpgrpo.run_setup import DEFAULT_ARMS, RunSetup, setup_run
+from mechanisms.dpgrpo.pipeline.arm import Clock, run_arm
+from mechanisms.dpgrpo.pipeline.artifact import RUN_SCHEMA
+from mechanisms.dpgrpo.pipeline.compare import COMPARE_SCHEMA, build_compare, plot_png, render_report
+from mechanisms.dpgrpo.pipeline.inputs import eval_prompts, sha256_bytes, task_tokenizer
+from mechanisms.dpgrpo.pipeline.setup import DEFAULT_ARMS, RunSetup, setup_run
 from privcheck.serialization import jsonable
 
 __all__ = ["COMPARE_NAME", "PRIVATE_DIR", "RunOutcome", "run_dpgrpo", "torch_threads", "verification_block"]
@@ -81,7 +81,12 @@ def verification_block(setup: RunSetup) -> dict:
     for c in checks:
         by_precision.setdefault(c.get("precision") or "float64", []).append(c)
     float64 = by_precision.pop("float64")
-    return {"status": status, "suite": suite.name, "float64": jsonable(float64), "preflight": jsonable(by_precision)}
+    # the identity the float64 catalogue verified (the reference fixture's trainer: `artifact.identity_block`
+    # binds it to each arm); V13 runs on its own fixture and is listed, not bound
+    subjects = {r.verified.identity.digest: r.verified.identity for r in suite.checks if r.verified is not None}
+    verified = next(iter(subjects.values())).to_json() if len(subjects) == 1 else None
+    return {"status": status, "suite": suite.name, "float64": jsonable(float64), "preflight": jsonable(by_precision),
+            "identity": verified}
 
 
 def _shared_verification(setup: RunSetup) -> dict:
@@ -102,10 +107,10 @@ def run_dpgrpo(preset="tiny-cpu", *, out, arms=DEFAULT_ARMS, seeds=None, seed=No
     """Run `preset` end to end and write DIR (see the module docstring). Returns a `RunOutcome`.
 
     `seeds=[0, 1, 2]` or `seed=S`: seeded replicates (reproducible, never a privacy release); neither: one
-    OS-entropy run. `overrides`: public preset knobs (`run_setup.OVERRIDABLE`), `q` sets m = q·n. `launch`:
+    OS-entropy run. `overrides`: public preset knobs (`setup.OVERRIDABLE`), `q` sets m = q·n. `launch`:
     "auto" (the launcher's environment, if any), None (a plain process) or a `launch.Launch`."""
     from mechanisms.dpgrpo.evaluation import Evaluator
-    from mechanisms.dpgrpo.launch import process_group
+    from mechanisms.dpgrpo.pipeline.launch import process_group
     from privcheck.artifacts import ArtifactDirectory
 
     setup = setup_run(preset, out=out, arms=arms, seeds=seeds, seed=seed, model_path=model_path,

@@ -18,9 +18,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mechanisms.dpgrpo.run_artifact import finite_or_none, run_document
-from mechanisms.dpgrpo.run_inputs import build_model, eval_prompts, private_records, tensor_sha256
-from mechanisms.dpgrpo.run_setup import RunSetup
+from mechanisms.dpgrpo.pipeline.artifact import finite_or_none, run_document
+from mechanisms.dpgrpo.pipeline.inputs import build_model, eval_prompts, private_records, tensor_sha256
+from mechanisms.dpgrpo.pipeline.setup import RunSetup
 from privcheck.serialization import jsonable
 
 __all__ = ["ArmOutcome", "Clock", "run_arm"]

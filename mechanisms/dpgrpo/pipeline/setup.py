@@ -19,7 +19,7 @@ from os import PathLike
 from pathlib import Path
 
 from mechanisms.dpgrpo.config import ARMS, NONPRIVATE_ARM, DPGRPOConfig
-from mechanisms.dpgrpo.launch import Launch, check_launch, detect_launch
+from mechanisms.dpgrpo.pipeline.launch import Launch, check_launch, detect_launch
 from mechanisms.dpgrpo.presets import (
     MAX_ROUNDS,
     Preset,
@@ -62,7 +62,7 @@ class RunSetup:
     configs: dict = field(default_factory=dict)   # (arm, label) -> DPGRPOConfig
     rollout_note: str | None = None
     verification: dict | None = None              # filled once per invocation by `run.verification_block`
-    tokenizer: object = None                      # loaded once per invocation by `run_inputs.task_tokenizer`
+    tokenizer: object = None                      # loaded once per invocation by `inputs.task_tokenizer`
     launch: Launch | None = None                  # this rank of a launched run; None in a plain process
 
     @property

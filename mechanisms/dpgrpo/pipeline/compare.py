@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 
-from mechanisms.dpgrpo.run_setup import RunSetup
+from mechanisms.dpgrpo.pipeline.setup import RunSetup
 from privcheck.serialization import utc_now
 
 __all__ = ["COMPARE_SCHEMA", "COMPARE_SCHEMA_ID", "build_compare", "plot_png", "render_report",

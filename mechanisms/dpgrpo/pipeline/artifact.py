@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import uuid
 
-from mechanisms.dpgrpo.run_inputs import verifier_sha256
-from mechanisms.dpgrpo.run_setup import RunSetup
+from mechanisms.dpgrpo.pipeline.inputs import verifier_sha256
+from mechanisms.dpgrpo.pipeline.setup import RunSetup
 from privcheck.serialization import jsonable, utc_now
 
 __all__ = ["RUN_SCHEMA", "RUN_SCHEMA_ID", "assumptions_block", "environment_block", "finite_or_none",
-           "privacy_block", "run_document"]
+           "identity_block", "privacy_block", "run_document"]
 
 RUN_SCHEMA_ID = "privcheck.dpgrpo.run/1"
 RUN_SCHEMA = "dpgrpo_run"            # privcheck/schemas/dpgrpo_run.schema.json
@@ -126,6 +126,35 @@ def assumptions_block(trainer) -> dict:
     return out
 
 
+def identity_block(trainer, ver: dict, *, launched: bool = False) -> dict:
+    """The artifact's `identity` entry: the arm's trained identity, the identity the suite verified (the
+    reference fixture's trainer) and their differences, declared as the reference fixture's check mode
+    (`REFERENCE_FIXTURE_CHECK_MODE`; under a launcher also the trainer class, the distributed subclass, which
+    tests/dpgrpo/test_launch.py checks equal to one process). Recorded, never raised: a difference outside them
+    leaves `bound` false with the reason, and the run is not a release."""
+    from mechanisms.dpgrpo.identity import REFERENCE_FIXTURE_CHECK_MODE, dptrainer_identity
+    from privcheck.artifacts.identity import RunIdentity, identity_differences
+    from privcheck.checks.catalogue import CHECKS, SELF_CHECKS
+
+    trained = dptrainer_identity(trainer)
+    out = {"trained": trained.to_json(), "verified": None, "check_mode_differences": [], "missing_checks": [],
+           "bound": False, "reason": "verification suite skipped"}
+    if ver["status"] == "skipped":
+        return out
+    if ver.get("identity") is None:
+        return {**out, "reason": "the suite's results carry no single identity"}
+    verified = RunIdentity.from_json(ver["identity"])
+    allowed = REFERENCE_FIXTURE_CHECK_MODE + (("trainer",) if launched else ())
+    diffs = identity_differences(trained, verified)
+    declared = [d for d in diffs if any(d.field == p or d.field.startswith(p + ".") for p in allowed)]
+    undeclared = [d for d in diffs if d not in declared]
+    ran = {c["name"] for c in ver["float64"] if c["status"] != "skipped"}
+    missing = [n for n in (*CHECKS, *SELF_CHECKS) if n not in ran]
+    reason = "; ".join(d.describe() for d in undeclared) or None
+    return {**out, "verified": verified.to_json(), "check_mode_differences": [d.to_json() for d in declared],
+            "missing_checks": missing, "bound": not undeclared, "reason": reason}
+
+
 def run_document(setup: RunSetup, arm, label, config, built, trainer, pretrain, lora_init_sha, public_telemetry,
                  curve, evaluator, status, stop_reason, *, timing) -> dict:
     """The unsealed run document of one arm (the private telemetry and weights references are added when the
@@ -144,6 +173,9 @@ def run_document(setup: RunSetup, arm, label, config, built, trainer, pretrain, 
         blockers.append("verification suite skipped")
     elif ver["status"] != "pass":
         blockers.append("verification suite did not pass")
+    identity = identity_block(trainer, ver, launched=getattr(setup, "launch", None) is not None)
+    if ver["status"] != "skipped" and not identity["bound"]:
+        blockers.append("verification not bound to this run: " + identity["reason"])
     preset_public = {k: v for k, v in p.to_json().items() if k != "records_seed"}
     public_inputs = {
         "preset": preset_public, "preset_name": p.name, "reduced": p.is_reduced,
@@ -161,10 +193,12 @@ def run_document(setup: RunSetup, arm, label, config, built, trainer, pretrain, 
     return {
         "schema": RUN_SCHEMA_ID, "run_id": uuid.uuid4().hex, "created_utc": utc_now(), "status": status,
         "stop_reason": stop_reason, "arm": arm, "replicate": label,
-        "privacy_release": bool(trainer.privacy_release and status == "complete" and ver["status"] == "pass"),
+        "privacy_release": bool(trainer.privacy_release and status == "complete" and ver["status"] == "pass"
+                                and identity["bound"] and not identity["missing_checks"]),
         "release_blockers": blockers,
         "config": {**config.to_json(), "sha256": config.sha256()},
         "public_inputs": public_inputs, "privacy": privacy, "public_telemetry": public_telemetry,
         "private_telemetry_ref": None, "released_weights": None, "evaluation": evaluation, "timing": timing,
         "environment": environment_block(setup, trainer, torch.are_deterministic_algorithms_enabled()),
-        "verification": ver, "randomness": trainer.randomness.to_json()}
+        "verification": {k: v for k, v in ver.items() if k != "identity"}, "identity": identity,
+        "randomness": trainer.randomness.to_json()}
