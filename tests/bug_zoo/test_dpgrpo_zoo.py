@@ -35,8 +35,10 @@ CHECK_OPTIONS = {
 }
 N_ADDITIONS = 2  # real V3 additions kept in the fast tier
 CHECKS_ALL = {**training.CHECKS, **training.SELF_CHECKS}   # the user-facing catalogue and V12, privcheck's self-check
-# the record-level checks and V12; the whole-step rows are in test_whole_step_zoo.py, the accountant row below
-RECORD_LEVEL = [c for c in CHECKS_ALL if c != "accountant_agreement" and c not in training.WHOLE_STEP_CHECKS]
+# the record-level checks and V12; the whole-step and whole-run rows are in test_whole_step_zoo.py and
+# test_whole_run_zoo.py, the accountant row below
+RECORD_LEVEL = [c for c in CHECKS_ALL if c != "accountant_agreement" and c not in training.WHOLE_STEP_CHECKS
+                and c not in training.WHOLE_RUN_CHECKS]
 DESIGNATED = sorted({c for e in DPGRPO_ZOO for c in e.checks}, key=list(CHECKS_ALL).index)
 CASES = [(e, c) for e in DPGRPO_ZOO for c in e.checks]
 
