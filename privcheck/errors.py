@@ -1,6 +1,7 @@
 """Typed errors. Every rejection of user input names the parameter and its allowed range."""
 
-__all__ = ["CalibrationMismatch", "CertificationError", "InvalidParameter", "PrivcheckError"]
+__all__ = ["CalibrationMismatch", "CanariesNotObserved", "CertificationError", "InvalidParameter",
+           "PrivcheckError"]
 
 
 class PrivcheckError(Exception):
@@ -24,3 +25,15 @@ class CertificationError(PrivcheckError, ArithmeticError):
 class CalibrationMismatch(PrivcheckError, ValueError):
     """A calibration record (or a claimed ε) does not belong to the plan it is attached to: its event or δ differ
     from the plan's own public parameters, so the ε it carries is not the plan's ε."""
+
+
+class CanariesNotObserved(PrivcheckError):
+    """An audit's canaries never reached what the audit reads (no step logged, no canary ever included, an included
+    canary the trainer did not treat as one, reserved coordinates never nonzero): the audit cannot see, so it
+    refuses to report a bound, which would read ε_lower = 0 for a mechanism it never measured. `what` names what
+    was not observed, `why` the likely cause."""
+
+    def __init__(self, what: str, why: str):
+        self.what = what
+        self.why = why
+        super().__init__(f"the audit cannot see its canaries: {what} was not observed ({why})")
