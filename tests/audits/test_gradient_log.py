@@ -147,7 +147,7 @@ def test_a_loop_that_never_steps_the_hooked_optimizer_cannot_see(tmp_path):
 def test_canaries_on_another_dpoptimizer_of_the_same_optimizer_cannot_see(tmp_path):
     """GradientCanaries installed on a second DPOptimizer over the loop's torch optimizer: the step pre-hook fires
     when the loop steps, so U_t[J] is logged every round, but the canaries never joined the per-sample gradients
-    (the hooked clip_and_accumulate never ran). Before, this scored pure noise (ε_lower 0); now it is refused."""
+    (the hooked clip_and_accumulate never ran). Such a log used to be scored as if they had; now it is refused."""
     import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
     import torch
     from opacus.optimizers import DPOptimizer
