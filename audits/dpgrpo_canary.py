@@ -68,16 +68,18 @@ from audits.report import (
 )
 from audits.score_models import MAX_STEPS, DPSGDDirac
 from audits.strategies import Explicit
+from audits.visibility import check_canaries_observed, read_auditor_log
 from mechanisms.dpgrpo.pipeline.run import torch_threads
 from mechanisms.dpgrpo.presets import MAX_RECORDS, MAX_ROUNDS
 from privcheck import validation as val
-from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
+from privcheck.errors import CalibrationMismatch, CanariesNotObserved, InvalidParameter, PrivcheckError
 from privcheck.serialization import dump_json
 
 __all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAME", "MODEL_WEIGHT_SUFFIXES",
            "PLAN_SIMS", "PRIVATE_DIR", "REPORT_RELATION", "RESERVED_RULES", "REVEAL_NAME", "SCORE_NAME",
-           "SEED_NAMESPACE", "TOKENIZER_FILES", "AuditPreset", "AuditorView", "CanaryIds", "DiracCanary",
-           "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config", "audit_plan",
+           "SEED_NAMESPACE", "TOKENIZER_FILES", "TRAINER_HINTS", "AuditPreset", "AuditorView", "CanaryIds",
+           "DiracCanary", "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config",
+           "audit_plan",
            "audit_preset", "check_audit_size", "check_counts", "check_fresh_out", "check_seed", "check_trainer_cls",
            "checked_privacy_claim", "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries",
            "final_private_path", "local_audit_preset", "membership_seed", "plan_params", "preregistered_report",
@@ -96,6 +98,17 @@ PLAN_SIMS = 200
 SEED_NAMESPACE = "privcheck.audits.dpgrpo"
 PRIVATE_DIR_MODE, PRIVATE_FILE_MODE = 0o700, 0o600
 REPORT_RELATION = {"add_remove": "add_remove", "replace_one": "replace"}     # plan relation → report spelling
+# Why a DP-GRPO trainer's canaries can go unobserved (audits.visibility, docs/audits.md "When the audit cannot see").
+TRAINER_HINTS = {
+    "no_log": "the trainer never stepped with the audit's AuditHooks",
+    "no_rounds": "the trainer never stepped with the audit's AuditHooks",
+    "no_inclusions": "the trainer did not write the diagnostics AuditHooks expect for these rounds (an overridden "
+                     "`_audit_log`?), so the audit cannot tell that the canary slots entered the step",
+    "not_recognised": "the trainer's `contributions` did not treat these canary slots as canaries: their slots were "
+                      "lost between `step` and `contributions` (e.g. matched to items by position or list length "
+                      "while the sum is built from micro-batches), or the clipped sum bypasses `contributions`; a "
+                      "canary taken for a real record is masked on the reserved coordinates and never reaches U_t[J]",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -321,6 +334,8 @@ class AuditorView:
     @classmethod
     def from_rounds(cls, rounds: list[dict], reserved: tuple[int, ...], rounds_expected: int,
                     sigma_C: float) -> AuditorView:
+        if not rounds:
+            raise CanariesNotObserved("a round line (U_t[J]) in the auditor log", "no step was logged")
         rounds = sorted(rounds, key=lambda r: r["t"])
         if [r["t"] for r in rounds] != list(range(1, rounds_expected + 1)):
             raise PrivcheckError(f"auditor log: expected rounds 1..{rounds_expected}, found "
@@ -653,12 +668,12 @@ def score_rounds(rounds: list[dict], design: GradientAuditDesign) -> cn.FrozenSc
 def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership, salt: bytes, *,
                 mechanism_params: dict | None = None) -> tuple[AuditReport, cn.FrozenScores, np.ndarray]:
     """Score, freeze, reveal S, verify the commitment and test (docs/audits.md, "Protocol, as the code runs it",
-    steps 4–5). Returns (report, scores, S)."""
-    from mechanisms.dpgrpo.audit_hooks import read_log
-
+    steps 4–5). Returns (report, scores, S). Refuses (CanariesNotObserved) a log in which the canaries were never
+    observed (`audits.visibility`), before any score is frozen."""
     if not isinstance(membership, cn.Membership) or membership.m != design.m:
         raise InvalidParameter("membership", membership, f"the sealed Membership of the {design.m} canaries")
-    rounds, diag_lines = split_log(read_log(log_path))
+    rounds, diag_lines = split_log(read_auditor_log(log_path, TRAINER_HINTS["no_log"]))
+    check_canaries_observed(rounds, diag_lines, m=design.m, require_norms=True, hints=TRAINER_HINTS)
     frozen = score_rounds(rounds, design)
     signs = np.array(membership.reveal(frozen))
     if not cn.verify(design.preregistration.commitment, signs, list(design.canary_ids), salt):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import plan_params, preregistered_report
+from audits.dpgrpo_canary import TRAINER_HINTS, plan_params, preregistered_report, split_log
 from audits.dpgrpo_input_design import InputAuditDesign
 from audits.dpgrpo_input_prompts import OPTIONS, PROMPT_SUFFIX, label_bits
 from audits.dpgrpo_input_scoring import PolicyView, score_model_view
 from audits.dpgrpo_input_training import CanaryTelemetry
 from audits.report import AuditReport
+from audits.visibility import check_canaries_observed, read_auditor_log
 from privcheck.errors import InvalidParameter, PrivcheckError
 
 __all__ = ["analyse", "base_option_mass", "input_diagnostics"]
@@ -56,9 +57,14 @@ def analyse(model, tokenizer, log_path, design: InputAuditDesign, membership: cn
             label_salt: bytes, *, mechanism_params: dict | None = None
             ) -> tuple[AuditReport, cn.FrozenScores, np.ndarray]:
     """Score, freeze, reveal S, verify both commitments and test (docs/audits.md, "Input-space binary canaries",
-    steps 5–6). Returns (report, scores, S)."""
+    steps 5–6). Returns (report, scores, S). Refuses (CanariesNotObserved, `audits.visibility`) a log in which no
+    canary was ever included, before any score is frozen."""
     if not isinstance(membership, cn.Membership) or membership.m != design.m:
         raise InvalidParameter("membership", membership, f"the sealed Membership of the {design.m} canaries")
+    # canaries never included (or a log without the hooks' inclusions) leave no trace to score: refuse, before
+    # scoring; U_t[J] is a diagnostic here (the statistic reads the trained policy), so it is not required nonzero
+    rounds, diag_lines = split_log(read_auditor_log(log_path, TRAINER_HINTS["no_log"]))
+    check_canaries_observed(rounds, diag_lines, m=design.m, nonzero_u=False, hints=TRAINER_HINTS)
     cfg = design.config
     view = PolicyView(model, tokenizer, cfg.max_prompt_len)
     frozen = score_model_view(view, design.canaries)

@@ -3,7 +3,8 @@
 
 The trainer side is a hook that writes the log: `privcheck.integrations.opacus.GradientCanaries` for Opacus, or
 anything writing the same lines (`{"kind": "round", "t", "reserved", "U", "sigma_C", "divisor"}` with
-U_t[J] = S_t[J] + z_t[J]). The auditor side, in protocol order:
+U_t[J] = S_t[J] + z_t[J], and for the same t `{"kind": "diagnostics", "t", "diagnostics": {"canary_included": [m
+bits]}}`, the realised inclusions that show the canaries entered the step). The auditor side, in protocol order:
 
 1. `prepare(...)` before training: the public event (q, σ, T) and δ of the claim, m canaries on coordinates fixed
    by a public rule (`reserved_coordinates`, never from S), the membership S drawn by `audits.canary`
@@ -12,10 +13,11 @@ U_t[J] = S_t[J] + z_t[J]). The auditor side, in protocol order:
    nominal ε is privcheck's PLD of the event at δ (`privcheck.accounting.epsilon`). The trainer receives only
    `presence()` (the bits it needs to include present canaries).
 2. Training writes the log (mode 0600).
-3. `analyse(log_path, audit)`: only the `round` lines are scored (y_t = U_t[j]/(σC), the per-step LLR), the
-   scores are frozen, S is revealed against them, the commitment verified and `audits.one_run.from_scores`
-   applies the pre-registered rule. The `diagnostics` lines (realised inclusions) are copied into the report
-   beside the test, never into it.
+3. `analyse(log_path, audit)`: a log in which the canaries were never observed is refused first
+   (`privcheck.errors.CanariesNotObserved`, `audits.visibility`); then only the `round` lines are scored
+   (y_t = U_t[j]/(σC), the per-step LLR), the scores are frozen, S is revealed against them, the commitment
+   verified and `audits.one_run.from_scores` applies the pre-registered rule. The `diagnostics` lines (realised
+   inclusions) are copied into the report beside the test, never into it.
 
 Scope as in the DP-GRPO gradient audit: Dirac canaries audit sampling, clipping, noise and accounting of the
 step that writes the log, not the model's per-sample gradient computation.
@@ -43,15 +45,27 @@ from audits.power import plan as power_plan
 from audits.report import AuditReport
 from audits.score_models import DPSGDDirac
 from audits.strategies import Explicit
+from audits.visibility import check_canaries_observed, read_auditor_log
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
 
-__all__ = ["CANARY_TYPE", "MECHANISM_NAME", "SCORE_NAME", "GradientLogAudit", "GradientLogDesign", "analyse",
-           "prepare"]
+__all__ = ["CANARY_TYPE", "HOOK_HINTS", "MECHANISM_NAME", "SCORE_NAME", "GradientLogAudit", "GradientLogDesign",
+           "analyse", "prepare"]
 
 CANARY_TYPE = "gradient_dirac"
 SCORE_NAME = "whitebox_step_llr"
 MECHANISM_NAME = "dpsgd"
+# Why the hook's canaries can go unobserved (audits.visibility; docs/integrations/opacus.md).
+HOOK_HINTS = {
+    "no_log": "the hooked optimizer never stepped: the loop calls another optimizer, or GradientCanaries was "
+              "installed on an optimizer the loop does not use",
+    "no_rounds": "the hooked optimizer never stepped: the loop calls another optimizer, or GradientCanaries was "
+                 "installed on an optimizer the loop does not use",
+    "no_inclusions": "the canaries were not added to the per-sample gradients of the step that wrote U_t[J]: the "
+                     "hooked DPOptimizer's clip_and_accumulate did not run before it (the loop steps another "
+                     "DPOptimizer over the same torch optimizer), or the log was written by a hook that does not "
+                     "report the realised inclusions (a diagnostics line with m canary_included bits per round)",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,16 +166,17 @@ def _diagnostics(diag_lines: list[dict], signs: np.ndarray, design: GradientLogD
 
 def analyse(log_path, audit: GradientLogAudit, *, mechanism_params: dict | None = None) -> AuditReport:
     """Score the log's round lines, freeze, reveal S, verify the commitment and test (module docstring, step 3).
-    Raises PrivcheckError when the log does not match the design (rounds 1..T, reserved coordinates, σC) or the
-    membership does not match the commitment."""
-    from privcheck.integrations.auditor_log import read_log
-
+    Raises CanariesNotObserved before scoring when the log shows that the canaries were never observed
+    (`audits.visibility`: no log or no round, a round without the m inclusion bits of its diagnostics line, no
+    canary ever included, every U_t[J] exactly 0), and PrivcheckError when the log does not match the design
+    (rounds 1..T, reserved coordinates, σC) or the membership does not match the commitment."""
     if not isinstance(audit, GradientLogAudit):
         raise InvalidParameter("audit", type(audit).__name__, "the GradientLogAudit prepare() returned")
     if mechanism_params is not None and not isinstance(mechanism_params, dict):
         raise InvalidParameter("mechanism_params", mechanism_params, "None or a dict")
     design, membership = audit.design, audit.membership
-    rounds, diag_lines = split_log(read_log(log_path))
+    rounds, diag_lines = split_log(read_auditor_log(log_path, HOOK_HINTS["no_log"]))
+    check_canaries_observed(rounds, diag_lines, m=design.m, ids=design.canary_ids, hints=HOOK_HINTS)
     view = AuditorView.from_rounds(rounds, design.reserved, design.event.steps, design.noise_std)
     frozen = cn.score_canaries(design.score, view, design.canaries)
     signs = np.array(membership.reveal(frozen))

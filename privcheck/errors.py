@@ -1,6 +1,7 @@
 """Typed errors. Every rejection of user input names the parameter and its allowed range."""
 
-__all__ = ["CalibrationMismatch", "CannotObserve", "CertificationError", "InvalidParameter", "PrivcheckError"]
+__all__ = ["CalibrationMismatch", "CanariesNotObserved", "CannotObserve", "CertificationError", "InvalidParameter",
+           "PrivcheckError"]
 
 
 class PrivcheckError(Exception):
@@ -35,3 +36,15 @@ class CannotObserve(PrivcheckError):
         self.what = what
         self.reason = reason
         super().__init__(f"cannot observe {what}: {reason}")
+
+
+class CanariesNotObserved(PrivcheckError):
+    """An audit's canaries never reached what the audit reads (no step logged, no canary ever included, an included
+    canary the trainer did not treat as one, reserved coordinates never nonzero): the audit cannot see, so it
+    refuses to report a bound, which would read ε_lower = 0 for a mechanism it never measured. `what` names what
+    was not observed, `why` the likely cause."""
+
+    def __init__(self, what: str, why: str):
+        self.what = what
+        self.why = why
+        super().__init__(f"the audit cannot see its canaries: {what} was not observed ({why})")

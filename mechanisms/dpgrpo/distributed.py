@@ -112,13 +112,12 @@ class DistributedDPTrainer(DPTrainer):
         """Σ_i ḡ_i over all ranks: this rank's share (positions rank, rank + W, ...), then one all-reduce."""
         items = list(items)
         mine = list(range(self.rank, len(items), self.world_size))
-        slots = self._round_slots if self._round_slots is not None and len(self._round_slots) == len(items) else None
         before = {k: len(self.scratch[k]) for k in _GATHERED_LISTS}
         before.update({k: self.scratch[k] for k in (*_GATHERED_COUNTS, "cross_talk")})
         self.scratch["cross_talk"] = None
         S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.device)
         share = [items[k] for k in mine]
-        for v in self.contributions(share, slots=None if slots is None else [slots[k] for k in mine]):
+        for v in self.contributions(share):          # the round's items carry their slots (SlotItem)
             S = S + v
         dist.all_reduce(S, op=dist.ReduceOp.SUM, group=self.group)
         self._gather_scratch(mine, len(items), before)

@@ -9,7 +9,8 @@
     record_gradient(rec, grp) line 6  the arm's RecordGradient (flat, unclipped)
     record_gradients(items)   line 6  per item; with config.gradient_batch > 1, equal-shape buckets from one
                                       forward/backward each (batched_grads; bit-identical to record_gradient)
-    contributions(items)      line 7  clip_flat once per record, after all chunks
+    contributions(items)      line 7  clip_flat once per record, after all chunks; any number of calls per
+                                      round (micro-batches): each round item carries its slot (`SlotItem`)
     clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
     privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
     apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
@@ -58,7 +59,7 @@ from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, Slot
 from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, token_logprobs
 from privcheck.errors import InvalidParameter, PrivcheckError
 
-__all__ = ["DEFAULT_PUBLIC_EXAMPLES", "DPTrainer", "VerifierError", "reward_value"]
+__all__ = ["DEFAULT_PUBLIC_EXAMPLES", "DPTrainer", "SlotItem", "VerifierError", "reward_value"]
 
 
 class VerifierError(PrivcheckError):
@@ -84,6 +85,24 @@ def reward_value(r) -> int | None:
     if isinstance(r, (int, float)) and r in (0, 1):
         return int(r)
     return None
+
+
+class SlotItem(tuple):
+    """A (record, group) item of a round's batch that carries its 0-based slot index `slot`. `step()` hands these
+    to `noisy_update`, so whichever way a trainer splits the round's items into `contributions` calls
+    (micro-batches, reordered, a subset), each item keeps its slot and a canary stays a canary. Equal to the plain
+    pair; `unpack` reads it as one."""
+
+    def __new__(cls, record, group, slot: int):
+        item = super().__new__(cls, (record, group))
+        item.slot = int(slot)
+        return item
+
+    def __getnewargs__(self):
+        return self[0], self[1], self.slot
+
+
+_AMBIGUOUS = object()   # a record object that fills several slots of one batch
 
 
 def _default_backend(tokenizer, config):
@@ -131,6 +150,7 @@ class DPTrainer:
             audit_hooks.bind(self.space.dim)
         self.audit_hooks = audit_hooks
         self._round_slots: list[int] | None = None
+        self._round_records: dict | None = None   # id(record) -> slot during step(), for items rebuilt by subclasses
         if randomness is None:
             randomness = TorchRandomness.from_mode(config.randomness, self.device)
         elif not isinstance(randomness, TorchRandomness):
@@ -335,21 +355,47 @@ class DPTrainer:
     def clip(self, v) -> torch.Tensor:
         return core.clip_flat(v, self.config.C, nonprivate=self.nonprivate)
 
+    def item_slots(self, items, slots=None) -> list[int | None]:
+        """The slot index of each item (None: a real record outside any round's batch).
+
+        An item's slot is the one it carries (`SlotItem`, what `step` passes), else, inside `step`, the slot of its
+        record object in the round's batch (an item a subclass rebuilt), else None. Explicit `slots` (one per item)
+        must agree with the slots the items carry; a mismatch, or a rebuilt item whose record fills several slots of
+        the batch, is refused (InvalidParameter): a lost slot would make a canary count as a real record."""
+        items = list(items)
+        carried = [it.slot if isinstance(it, SlotItem) else None for it in items]
+        if slots is not None:
+            slots = [int(i) for i in slots]
+            if len(slots) != len(items):
+                raise InvalidParameter("slots", len(slots), f"one slot index per item ({len(items)})")
+            wrong = [(c, i) for c, i in zip(carried, slots) if c is not None and c != i]
+            if wrong:
+                raise InvalidParameter("slots", [i for _, i in wrong[:3]],
+                                       f"the slots the items carry ({[c for c, _ in wrong[:3]]})")
+            return slots
+        if self._round_records is not None:
+            for k, item in enumerate(items):
+                if carried[k] is None:
+                    found = self._round_records.get(id(self.unpack(item)[0]))
+                    if found is _AMBIGUOUS:
+                        raise InvalidParameter("items", k, "round items that carry their slot (SlotItem): this "
+                                               "item's record fills several slots of the batch")
+                    carried[k] = found
+        return carried
+
     def contributions(self, items, *, slots=None) -> list[torch.Tensor]:
         """Lines 6–7: ḡ_i = clip_C(g_i), one clip per record over the whole flat vector.
 
-        `slots` (0-based slot indices of the items; `step` supplies them) tells canary items from real ones;
-        without it every item counts as a real record. With `mask_reserved_for_real_records`, real records'
-        gradients are zeroed on the reserved coordinates before clipping; canaries are never masked."""
+        Each item's slot (`item_slots`: carried by the round's `SlotItem`s, or `slots`) tells canary items from
+        real ones, however the round's items are split into calls; an item without a slot counts as a real record.
+        With `mask_reserved_for_real_records`, real records' gradients are zeroed on the reserved coordinates before
+        clipping; canaries are never masked."""
         items = list(items)
-        if slots is None and self._round_slots is not None and len(self._round_slots) == len(items):
-            slots = self._round_slots
-        if slots is not None and len(slots) != len(items):
-            raise InvalidParameter("slots", len(slots), f"one slot index per item ({len(items)})")
+        slots = self.item_slots(items, slots)
         hooks = self.audit_hooks
         out = []
         for k, g in enumerate(self.record_gradients(items)):
-            canary = slots is not None and self.universe.is_canary(slots[k])
+            canary = slots[k] is not None and self.universe.is_canary(slots[k])
             if hooks is not None and hooks.mask_reserved_for_real_records and not canary:
                 g = hooks.mask(g)
             with torch.no_grad():
@@ -427,10 +473,14 @@ class DPTrainer:
         groups = self.rollouts(self.model, records, policy)                     # line 4
         groups = self.score(records, groups)                                    # line 5
         self._round_slots = batch
+        self._round_records = {}
+        for i, rec in zip(batch, records):
+            self._round_records[id(rec)] = _AMBIGUOUS if id(rec) in self._round_records else i
         try:
-            g_hat = self.noisy_update(list(zip(records, groups)))               # lines 6–8
+            g_hat = self.noisy_update([SlotItem(rec, grp, i)
+                                       for i, rec, grp in zip(batch, records, groups)])   # lines 6–8
         finally:
-            self._round_slots = None
+            self._round_slots = self._round_records = None
         g_hat = self._run_update_hooks(g_hat)
         if self.audit_hooks is not None:
             self._audit_log(self.t + 1, g_hat, batch, groups)

@@ -14,10 +14,13 @@ the same noise; Replay rollouts are deterministic), and returns a `StepRun` whos
   as well);
 - `sampled` = the slots of the round's batch, captured by wrapping this universe instance's `batch` (line 3);
 - `per_record` = slot -> {"scores": the record's rewards, "clipped": its clipped contribution, "loss", "kl"},
-  captured by wrapping this trainer instance's `score` and `contributions` (lines 5 and 7) and read from its
-  private telemetry. A `DistributedDPTrainer` computes each record's contribution on one rank: `per_record`
-  collects them from every rank (`gather_by_slot`, a collective; every rank runs the same checks in the same
-  order, so every rank calls it).
+  captured by wrapping this trainer instance's `score` and `contributions` (lines 5 and 7). Every call counts:
+  a trainer that calls `contributions` several times per step (micro-batches, any order) has each call's items
+  mapped to their slots (`DPTrainer.item_slots`: the round's items carry them) and a slot's contributions summed
+  over the calls; "loss" and "kl" are the private dicts the call appended for its items. A
+  `DistributedDPTrainer` computes each record's contribution on one rank: `per_record` collects them from every
+  rank (`gather_by_slot`, a collective; every rank runs the same checks in the same order, so every rank calls
+  it).
 
 Cheap by design: 2 base records + 1 addition, q = 2/3 (m = 2 of 3 slots, divisor 2), G = 4, L_max = 6, AdamW;
 C = 0.2 is below every record's gradient norm on the fixture (0.3–0.7), so every contribution is clipped and
@@ -87,24 +90,42 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
         universe = SlotUniverse(n, present, dataset)
         trainer = trainer_cls(copy.deepcopy(pristine), tok, universe, base_config.replace(randomness=int(run_seed)),
                               reward, rollout_backend=replay)
-        seen = {"batch": None, "scores": None, "clipped": None}
+        seen = {"batch": None, "scores": {}, "clipped": {}, "private": {}}
         universe_batch, trainer_score, trainer_contributions = universe.batch, trainer.score, trainer.contributions
 
         def batch(coins):
             out = universe_batch(coins)
-            seen.update(batch=list(out), scores=None, clipped=None)
+            seen.update(batch=list(out), scores={}, clipped={}, private={})
             return out
 
         def score(recs, groups):
             out = trainer_score(recs, groups)
-            seen["scores"] = [None if g is None or g.rewards is None else g.rewards.clone() for g in out]
+            # record objects -> the round's slots (any subset, any order; a record in several slots takes them in turn)
+            free = {}
+            for i in seen["batch"] or []:
+                free.setdefault(id(universe.record(i)), []).append(i)
+            for rec, g in zip(recs, out):
+                slots = free.get(id(rec))
+                if slots:
+                    seen["scores"][slots.pop(0)] = None if g is None or g.rewards is None else g.rewards.clone()
             return out
 
         def contributions(items, **kw):
+            items = list(items)
+            slots = trainer.item_slots(items, kw.get("slots"))
+            first = len(trainer.scratch["records"])
             out = trainer_contributions(items, **kw)
-            # slot -> clipped contribution; a distributed trainer passes the slots of this rank's share
-            slots = kw["slots"] if kw.get("slots") is not None else seen["batch"] or []
-            seen["clipped"] = dict(zip(slots, (v.detach().clone() for v in out), strict=True))
+            added = trainer.scratch["records"][first:]      # this call's private dicts, in item order
+            if len(out) != len(items):                      # not one contribution per item: nothing to attribute
+                return out
+            for k, (slot, v) in enumerate(zip(slots, out)):
+                if slot is None:                            # not an item of the round's batch
+                    continue
+                # summed over the calls of one step (micro-batches): the slot's total contribution to S
+                v = v.detach().clone()
+                seen["clipped"][slot] = v if slot not in seen["clipped"] else seen["clipped"][slot] + v
+                if len(added) == len(items):
+                    seen["private"][slot] = {key: added[k][key] for key in ("loss", "kl") if key in added[k]}
             return out
 
         universe.batch, trainer.score, trainer.contributions = batch, score, contributions
@@ -116,16 +137,17 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
             slots = seen["batch"] or []
             if not slots:
                 return {}
-            clipped = seen["clipped"] or {}
+            clipped, private = seen["clipped"], seen["private"]
             gather = getattr(trainer, "gather_by_slot", None)
-            if gather is not None:             # each rank computed its share: collect every rank's (a collective)
-                clipped = gather(clipped)
-            private = trainer.private_telemetry[-1]["records"]
+            if gather is not None:             # each rank computed its share: collect every rank's (collectives)
+                clipped, private = gather(clipped), gather(private)
             out = {}
-            for k, slot in enumerate(slots):
-                entry = {"scores": seen["scores"][k], "clipped": clipped[slot]}
-                if k < len(private):
-                    entry.update({key: private[k][key] for key in ("loss", "kl") if key in private[k]})
+            for slot in slots:
+                entry = dict(private.get(slot, {}))
+                if seen["scores"].get(slot) is not None:
+                    entry["scores"] = seen["scores"][slot]
+                if slot in clipped:
+                    entry["clipped"] = clipped[slot]
                 out[slot] = entry
             return out
 

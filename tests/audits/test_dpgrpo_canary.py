@@ -32,7 +32,7 @@ from audits import canary as cn
 from audits import dpgrpo_canary as dc
 from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
-from privcheck.errors import CalibrationMismatch, InvalidParameter, PrivcheckError
+from privcheck.errors import CalibrationMismatch, CanariesNotObserved, InvalidParameter, PrivcheckError
 
 SEED, M, T, Q, N_REAL = 11, 300, 10, 0.5, 4
 CLI_M = 16           # canaries of the command-line test
@@ -280,6 +280,64 @@ def test_diagnostics_do_not_enter_the_statistic(audit, tmp_path):
     _, frozen2, _ = dc.analyse_log(rounds_changed, audit.design, cn.draw_membership(M, seed=dc.membership_seed(SEED)),
                                    salt)
     assert not np.allclose(frozen2.values, audit.scores)
+
+
+def _write(path, entries):
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return path
+
+
+def _edit_diagnostics(audit, edit):
+    out = []
+    for e in _log(audit):
+        if e["kind"] == "diagnostics":
+            edit(e["t"], e["diagnostics"])
+        out.append(e)
+    return out
+
+
+def test_a_log_in_which_the_canaries_were_never_observed_is_refused(audit, tmp_path):
+    """Each way the log can show unobserved canaries is a CanariesNotObserved naming what was not observed, raised
+    before any score is frozen (docs/audits.md, "When the audit cannot see"); the untampered log is analysed."""
+    salt = bytes.fromhex(json.loads((audit.log_path.parent / "reveal.json").read_text())["salt_hex"])
+    first_included = next(e for e in _log(audit) if e["kind"] == "diagnostics" and any(
+        e["diagnostics"]["canary_included"]))
+    t0 = first_included["t"]
+    k0 = first_included["diagnostics"]["canary_included"].index(1)
+
+    def lost_norm(t, d):                  # what a trainer that lost the canary's slot reports: no canary norm
+        if t == t0:
+            d["canary_pre_clip_norms"].pop(str(k0))
+
+    def masked(t, d):                     # a canary masked on J: its pre-clip norm is 0
+        if t == t0:
+            d["canary_pre_clip_norms"][str(k0)] = 0.0
+
+    cases = {
+        "missing": (None, "auditor log"),
+        "no rounds": ([e for e in _log(audit) if e["kind"] != "round"], "round line"),
+        "no diagnostics": ([e for e in _log(audit) if e["kind"] != "diagnostics"], "realised inclusions"),
+        "lost slot": (_edit_diagnostics(audit, lost_norm), f"canary {k0} in round {t0}"),
+        "masked canary": (_edit_diagnostics(audit, masked), f"canary {k0} in round {t0}"),
+        "never included": (_edit_diagnostics(audit, lambda t, d: d.update(
+            canary_included=[0] * M, canary_pre_clip_norms={})), "any canary in any round"),
+        "all U zero": ([{**e, "U": [0.0] * M} if e["kind"] == "round" else e for e in _log(audit)],
+                       "nonzero U_t[J]"),
+    }
+    for name, (entries, what) in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        if entries is not None:
+            _write(path, entries)
+        membership = cn.draw_membership(M, seed=dc.membership_seed(SEED))
+        with pytest.raises(CanariesNotObserved) as err:
+            dc.analyse_log(path, audit.design, membership, salt)
+        assert what in err.value.what, (name, str(err.value))
+        assert membership.revealed_at is None                    # refused before S was revealed
+        if name == "lost slot":
+            assert "contributions" in err.value.why and "micro-batches" in err.value.why
+    rep, _, _ = dc.analyse_log(_write(tmp_path / "as_logged.jsonl", _log(audit)), audit.design,
+                               cn.draw_membership(M, seed=dc.membership_seed(SEED)), salt)
+    assert rep.result == audit.report.result
 
 
 def test_diagnostics_match_the_log(audit):

@@ -33,7 +33,7 @@ from audits import dpgrpo_canary as dc
 from audits import dpgrpo_input_canary as ic
 from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CanariesNotObserved, InvalidParameter
 
 SEED, M, T, Q, N_REAL, PILOT = 5, 48, 6, 0.5, 4, 32
 CLI_M, CLI_T = 16, 2      # canaries and rounds of the command-line test
@@ -266,6 +266,27 @@ def test_diagnostics_match_the_log_and_stay_out_of_the_statistic(audit, tmp_path
     assert rep.result == audit.report.result
     np.testing.assert_array_equal(frozen.values, audit.scores)
     assert rep.diagnostics["constant_reward_canary_groups_frac"] == 1.0 != diag["constant_reward_canary_groups_frac"]
+
+
+def test_a_log_without_any_canary_inclusion_is_refused(audit, tmp_path):
+    """Canaries never included (or a log without the hooks' inclusions) leave the trained policy no trace to score:
+    CanariesNotObserved before any score is frozen, not ε_lower = 0 (docs/audits.md, "When the audit cannot
+    see")."""
+    cases = {"never included": ("any canary in any round", lambda e: e["diagnostics"].update(
+                 canary_included=[0] * M, canary_pre_clip_norms={})),
+             "no inclusion bits": ("realised inclusions", lambda e: e["diagnostics"].pop("canary_included"))}
+    for name, (what, edit) in cases.items():
+        rows = []
+        for e in _log(audit.log_path):
+            if e["kind"] == "diagnostics":
+                edit(e)
+            rows.append(json.dumps(e))
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("\n".join(rows) + "\n")
+        membership = cn.draw_membership(M, seed=dc.membership_seed(SEED))
+        with pytest.raises(CanariesNotObserved) as err:
+            ic.analyse(audit.model, audit.tokenizer, path, audit.design, membership, b"", b"")
+        assert what in err.value.what and membership.revealed_at is None
 
 
 def test_binary_choice_pretraining_lowers_the_constant_reward_fraction(audit, audit_without_binary_pretraining):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from audits import gradient_log
-from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.errors import CanariesNotObserved, InvalidParameter, PrivcheckError
 
 
 def test_prepare_validates_before_any_work():
@@ -22,20 +22,27 @@ def _log(path, rounds):
     path.write_text("".join(json.dumps(r) + "\n" for r in rounds))
 
 
+def _included(t, bits):
+    """The hook's diagnostics line of round t (realised inclusions)."""
+    return {"kind": "diagnostics", "t": t, "diagnostics": {"canary_included": list(bits)}}
+
+
 def test_analyse_refuses_a_log_that_does_not_match_the_design(tmp_path):
     audit = gradient_log.prepare(dim=40, canaries=8, sampling_rate=0.5, noise_multiplier=1.0, steps=2,
                                  clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1)
     J = list(audit.design.reserved)
     assert J == list(range(32, 40))                        # the public "last" rule, not the membership
-    good = [{"kind": "round", "t": t, "reserved": J, "U": [0.0] * 8, "sigma_C": 1.0, "divisor": 4.0}
+    good = [{"kind": "round", "t": t, "reserved": J, "U": [0.5 * t] * 8, "sigma_C": 1.0, "divisor": 4.0}
             for t in (1, 2)]
-    for broken in ([good[0]],                                                   # a round missing
-                   [good[0], {**good[1], "sigma_C": 0.5}],                     # noise std not the claim's
-                   [good[0], {**good[1], "reserved": J[::-1]}]):               # other coordinates
+    diags = [_included(t, [1, 0, 0, 1, 0, 0, 0, 0]) for t in (1, 2)]
+    for broken in ([good[0], diags[0]],                                         # a round missing
+                   [good[0], {**good[1], "sigma_C": 0.5}, *diags],             # noise std not the claim's
+                   [good[0], {**good[1], "reserved": J[::-1]}, *diags]):       # other coordinates
         _log(tmp_path / "log.jsonl", broken)
-        with pytest.raises(PrivcheckError):
+        with pytest.raises(PrivcheckError) as err:
             gradient_log.analyse(tmp_path / "log.jsonl", audit)
-    _log(tmp_path / "ok.jsonl", good)
+        assert not isinstance(err.value, CanariesNotObserved)
+    _log(tmp_path / "ok.jsonl", good + diags)
     report = gradient_log.analyse(tmp_path / "ok.jsonl", audit)
     assert report.method == "steinke_one_run" and report.canaries["m"] == 8
 
@@ -71,3 +78,96 @@ def test_a_run_without_noise_is_rejected(tmp_path):
     report = gradient_log.analyse(log, audit)
     assert report.result["rejects_nominal"] is True
     assert report.result["eps_lower"] > report.claim["epsilon"]
+
+
+# ------------------------------------------------------------------------------------------ cannot see
+
+def test_a_log_that_never_saw_a_canary_is_refused(tmp_path):
+    """Each way a log can show that no canary was observed is a CanariesNotObserved naming what is missing, never a
+    report with ε_lower = 0 (docs/integrations/opacus.md, "When the audit cannot see")."""
+    audit = gradient_log.prepare(dim=40, canaries=8, sampling_rate=0.5, noise_multiplier=1.0, steps=2,
+                                 clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1)
+    J = list(audit.design.reserved)
+    rounds = [{"kind": "round", "t": t, "reserved": J, "U": [0.25, -1.0] * 4, "sigma_C": 1.0, "divisor": 4.0}
+              for t in (1, 2)]
+    some = [_included(t, [0, 1, 0, 0, 0, 0, 1, 0]) for t in (1, 2)]
+    cases = {
+        "missing": (None, "auditor log"),
+        "empty": ([], "round line"),
+        "no diagnostics": (rounds, "realised inclusions"),
+        "hook not run": (rounds + [_included(t, []) for t in (1, 2)], "realised inclusions"),
+        "one round without bits": (rounds + [some[0], _included(2, [])], "rounds 2 (1 of 2"),
+        "never included": (rounds + [_included(t, [0] * 8) for t in (1, 2)], "any canary in any round"),
+        "all U zero": ([{**r, "U": [0.0] * 8} for r in rounds] + some, "nonzero U_t[J]"),
+    }
+    for name, (lines, what) in cases.items():
+        path = tmp_path / f"{name}.jsonl"
+        if lines is not None:
+            _log(path, lines)
+        with pytest.raises(CanariesNotObserved) as err:
+            gradient_log.analyse(path, audit)
+        assert what in err.value.what, (name, str(err.value))
+        assert "cannot see" in str(err.value) and err.value.why
+    _log(tmp_path / "seen.jsonl", rounds + some)
+    assert gradient_log.analyse(tmp_path / "seen.jsonl", audit).canaries["m"] == 8
+
+
+def _opacus_audit(opt, loader, T, m=20):
+    from privcheck.integrations.opacus import private_dimension
+
+    return gradient_log.prepare(dim=private_dimension(opt), canaries=m, sampling_rate=loader.sample_rate,
+                                noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
+                                delta=1e-5, seed=3, plan_sims=5)
+
+
+def test_a_loop_that_never_steps_the_hooked_optimizer_cannot_see(tmp_path):
+    """GradientCanaries on the DPOptimizer of one run while the loop steps another run's optimizer: the hooked
+    optimizer never steps, no line is written, and the audit says so instead of scoring nothing."""
+    import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
+    import torch
+
+    from privcheck.integrations.opacus import GradientCanaries
+    from tests.integrations.opacus_fixture import tiny_run
+
+    torch.set_num_threads(1)
+    _, _, hooked, loader, _ = tiny_run(seed=0)
+    _, _, _, other_loader, other_step = tiny_run(seed=1)
+    T = 3
+    audit = _opacus_audit(hooked, loader, T)
+    log = tmp_path / "auditor_log.jsonl"
+    with GradientCanaries(hooked, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
+                          seed=5):
+        for _, batch in zip(range(T), other_loader):
+            other_step(batch)
+    with pytest.raises(CanariesNotObserved) as err:
+        gradient_log.analyse(log, audit)
+    assert "auditor log" in err.value.what and "never stepped" in err.value.why
+
+
+def test_canaries_on_another_dpoptimizer_of_the_same_optimizer_cannot_see(tmp_path):
+    """GradientCanaries installed on a second DPOptimizer over the loop's torch optimizer: the step pre-hook fires
+    when the loop steps, so U_t[J] is logged every round, but the canaries never joined the per-sample gradients
+    (the hooked clip_and_accumulate never ran). Such a log used to be scored as if they had; now it is refused."""
+    import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
+    import torch
+    from opacus.optimizers import DPOptimizer
+
+    from privcheck.integrations.opacus import GradientCanaries
+    from tests.integrations.opacus_fixture import tiny_run
+
+    torch.set_num_threads(1)
+    _, _, opt, loader, step = tiny_run(seed=0)
+    twin = DPOptimizer(opt.original_optimizer, noise_multiplier=opt.noise_multiplier,
+                       max_grad_norm=opt.max_grad_norm, expected_batch_size=opt.expected_batch_size)
+    T = 3
+    audit = _opacus_audit(opt, loader, T)
+    log = tmp_path / "auditor_log.jsonl"
+    with GradientCanaries(twin, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
+                          sample_rate=loader.sample_rate, seed=5):
+        for _, batch in zip(range(T), loader):
+            step(batch)
+    steps = sum(json.loads(line)["kind"] == "round" for line in log.read_text().splitlines())
+    assert steps >= 1                                           # the pre-hook saw the loop's steps
+    with pytest.raises(CanariesNotObserved) as err:
+        gradient_log.analyse(log, audit)
+    assert "realised inclusions" in err.value.what and f"({steps} of {steps} logged rounds)" in err.value.what

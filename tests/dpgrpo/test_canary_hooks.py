@@ -21,9 +21,10 @@ from mechanisms.dpgrpo.config import DPGRPOConfig
 from mechanisms.dpgrpo.randomness import TorchRandomness
 from mechanisms.dpgrpo.records import GradientRecord, Record, SlotUniverse, dirac_canary, random_direction_canary
 from mechanisms.dpgrpo.tasks import reward
-from mechanisms.dpgrpo.trainer import DPTrainer
+from mechanisms.dpgrpo.trainer import DPTrainer, SlotItem
 from mechanisms.dpgrpo.verify import reference_fixture
 from privcheck.errors import InvalidParameter
+from tests.bug_zoo.micro_batch_variants import CORRECT_VARIANTS
 
 N, M_C, M, G, L_MAX = 6, 2, 3, 4, 6      # q = 1/2, q·(n + m_c) = 4
 C = 0.3
@@ -241,15 +242,21 @@ def test_log_appends_and_tightens_existing_file(fx, tmp_path):
 
 # ------------------------------------------------------------------------------------------ masking
 
+MICRO_BATCHED = [type(f"Capture{cls.__name__}", (cls, Capture), {}) for cls in CORRECT_VARIANTS]
+
+
+@pytest.mark.parametrize("cls", [Capture] + MICRO_BATCHED, ids=lambda c: c.__name__)
 @pytest.mark.parametrize("mask", [True, False])
-def test_mask_reserved_for_real_records_not_canaries(fx, tmp_path, mask):
+def test_mask_reserved_for_real_records_not_canaries(fx, tmp_path, mask, cls):
+    """Also for trainers that call `contributions` per micro-batch (tests/bug_zoo/micro_batch_variants.py): every
+    item keeps its slot, so canaries are never masked and their pre-clip norms are reported."""
     dim = fx[4]
     seed = seed_with_canary_coins()
     J = torch.tensor([2, 5])
     hooks = AuditHooks(J, tmp_path / "a.jsonl", mask_reserved_for_real_records=mask)
     config = cfg(sigma=0.0, check_mode=True, randomness=seed)
     canaries = [dirac_canary(2, C, dim), dirac_canary(5, C, dim)]
-    tr = build(fx, config, canaries, torch.tensor([True, True]), hooks=hooks)
+    tr = build(fx, config, canaries, torch.tensor([True, True]), hooks=hooks, cls=cls)
     tr.step()
     coins = replica_coins(seed, N + M_C, 0.5)
     S = torch.zeros(dim, dtype=torch.float64)
@@ -270,6 +277,51 @@ def test_mask_reserved_for_real_records_not_canaries(fx, tmp_path, mask):
     diag = [x for x in read_log(tmp_path / "a.jsonl") if x["kind"] == "diagnostics"][0]["diagnostics"]
     cross = torch.tensor(diag["cross_talk_reserved"], dtype=torch.float64)
     assert torch.allclose(cross, S[J] - C, rtol=1e-12, atol=1e-15)
+    assert diag["canary_included"] == [1, 1] and diag["canary_pre_clip_norms"] == {"0": C, "1": C}   # ‖C·e_j‖
+
+
+def test_slots_travel_with_the_round_items(fx):
+    """`step` hands `noisy_update` the round's items as SlotItems (equal to the plain pairs, each with its slot);
+    `item_slots` reads them, refuses explicit slots that contradict them, and outside a round a plain item has
+    no slot (a real record)."""
+    dim = fx[4]
+    seed = seed_with_canary_coins()
+    seen = []
+
+    class Spy(DPTrainer):
+        def noisy_update(self, items):
+            items = list(items)
+            seen.append((items, self.item_slots(items), self.item_slots(list(reversed(items))[:2])))
+            with pytest.raises(InvalidParameter) as err:
+                self.contributions(items[:1], slots=[items[0].slot + 1])
+            assert err.value.name == "slots"
+            plain = [tuple(it) for it in items]              # rebuilt pairs: found by record identity
+            assert self.item_slots(plain) == [it.slot for it in items]
+            return super().noisy_update(items)
+
+    tr = build(fx, cfg(randomness=seed), [dirac_canary(2, C, dim), dirac_canary(5, C, dim)],
+               torch.tensor([True, True]), cls=Spy)
+    tr.step()
+    (items, slots, tail), = seen
+    batch = [i for i, c in enumerate(replica_coins(seed, N + M_C, 0.5).tolist()) if c]
+    assert slots == batch and tail == batch[::-1][:2] and batch[-2:] == [N, N + 1]
+    assert all(isinstance(it, SlotItem) and it == (tr.universe.record(i), None) for it, i in zip(items, batch))
+    assert tr.item_slots([(tr.universe.record(0), None)]) == [None]           # outside a round
+
+
+def test_a_rebuilt_item_whose_record_fills_two_slots_is_refused(fx):
+    dim = fx[4]
+    shared = GradientRecord(real_vectors(dim)[0])
+
+    class Rebuild(DPTrainer):
+        def clipped_sum(self, items):
+            return super().clipped_sum([tuple(it) for it in items])
+
+    real = [shared, shared] + [GradientRecord(v) for v in real_vectors(dim)[2:]]
+    tr = build(fx, cfg(sigma=0.0, check_mode=True, m=N), None, None, real=real, cls=Rebuild)   # q = 1
+    with pytest.raises(InvalidParameter) as err:
+        tr.step()
+    assert err.value.name == "items" and "several slots" in str(err.value)
 
 
 # ------------------------------------------------------------------------------------------ input-space canary
