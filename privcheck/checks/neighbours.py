@@ -183,16 +183,16 @@ def search_strategy(records: Sequence, addition: Any, *, removal: str = "drop", 
     width = k if removal == "absent" else k + 1
 
     @st.composite
-    def draw(data):
-        d = data.draw(st.integers(0, n_cands - 1), label="differing")
+    def make(draw):
+        d = draw(st.integers(0, n_cands - 1), label="differing")
         others = [j for j in range(n_cands) if not (distinct and j == d)]
         if removal == "absent":
-            shared = data.draw(st.lists(st.one_of(st.none(), st.sampled_from(others)), min_size=width,
-                                        max_size=width), label="shared")
+            shared = draw(st.lists(st.one_of(st.none(), st.sampled_from(others)), min_size=width,
+                                   max_size=width), label="shared")
         else:
-            shared = data.draw(st.lists(st.sampled_from(others), max_size=width, unique=distinct), label="shared")
+            shared = draw(st.lists(st.sampled_from(others), max_size=width, unique=distinct), label="shared")
         shared = [None if j is None else cands[j][1] for j in shared]
-        position = data.draw(st.sampled_from(allowed), label="position")
+        position = draw(st.sampled_from(allowed), label="position")
         present = [i for i, r in enumerate(shared) if r is not None]
         m = len(present)
         rank = {"first": 0, "middle": m // 2, "last": m}[position]
@@ -210,7 +210,7 @@ def search_strategy(records: Sequence, addition: Any, *, removal: str = "drop", 
         return Pair(label, tuple(small), tuple(big), i, position_of(big, i, removal=removal, absent=absent),
                     kind=cands[d][0], searched=True)
 
-    return draw()
+    return make()
 
 
 def search_pairs(records: Sequence, addition: Any, *, removal: str = "drop", absent: Any = None,
