@@ -493,7 +493,9 @@ def run_suite(seed: int | None = None):
     torch.use_deterministic_algorithms(True)
     try:
         trainer, bindings = reference_setup(seed)
-        # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py)
+        # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py);
+        # the default bindings carry both clip regimes (C = 0.2 below every record's norm, C = 10 above) and the
+        # pair checks put the addition first, in the middle and last
         bindings = dataclasses.replace(bindings, whole_step=whole_step_bindings(seed=seed), precision="float64")
         # the user-facing catalogue, then privcheck's self-check of its own accountant (V12, Table VI)
         checks = run_checks(bindings, precision="float64", checks=[*CHECKS, *SELF_CHECKS])

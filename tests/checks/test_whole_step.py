@@ -409,3 +409,22 @@ def test_add_update_hook(fixture):
         run.step()
     with pytest.raises(InvalidParameter):
         run.install_update_hook(42)
+
+
+@pytest.mark.slow
+def test_production_dptrainer_passes_the_search(fixture):
+    """The neighbour search (pool sweep + hypothesis draws at a fixed seed) over both clip regimes: every position,
+    every pool kind, batch sizes 0 to 3; the production trainer stays within the bound."""
+    from mechanisms.dpgrpo.whole_step import whole_step_bindings
+
+    b = SuiteBindings(whole_step=whole_step_bindings(fixture), precision="float64")
+    results = {name: WHOLE_STEP_CHECKS[name](b, seeds=3, neighbours="search", examples=40)
+               for name in ("step_sensitivity", "step_public_outputs")}
+    for name, r in results.items():
+        assert r.status == "pass", (name, r.message)
+        search = r.observed["neighbours"]["search"]
+        assert set(search["positions"]) >= {"first", "middle", "last"}
+        assert set(search["kinds"]) >= set(search["pool_kinds"])
+    sens = results["step_sensitivity"].observed
+    assert set(sens["batch_sizes_big"]) == {0, 1, 2, 3} and 0 in sens["batch_sizes_small"]
+    assert sens["regimes"]["C=10"]["clip_regimes"]["unclipped"] > 0 and sens["clip_regimes"]["mixed"] > 0
