@@ -497,7 +497,9 @@ def run_suite(seed: int | None = None):
     try:
         trainer, bindings = reference_setup(seed)
         # the whole-step checks drive the real `DPTrainer.step` on fresh trainers (mechanisms/dpgrpo/whole_step.py);
-        # the whole-run checks its whole `train()` with noise replay (mechanisms/dpgrpo/whole_run.py)
+        # the default bindings carry both clip regimes (C = 0.2 below every record's norm, C = 10 above) and the
+        # pair checks put the addition first, in the middle and last; the whole-run checks run its whole `train()`
+        # with noise replay (mechanisms/dpgrpo/whole_run.py)
         fixture = whole_step_fixture(seed)
         bindings = dataclasses.replace(bindings, whole_step=whole_step_bindings(fixture, seed=seed),
                                        whole_run=whole_run_bindings(fixture, seed=seed), precision="float64")

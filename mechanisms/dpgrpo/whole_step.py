@@ -25,6 +25,16 @@ the same noise; Replay rollouts are deterministic), and returns a `StepRun` whos
 Cheap by design: 2 base records + 1 addition, q = 2/3 (m = 2 of 3 slots, divisor 2), G = 4, L_max = 6, AdamW;
 C = 0.2 is below every record's gradient norm on the fixture (0.3–0.7), so every contribution is clipped and
 the sensitivity ratio sits at 1 (the bound is tight).
+
+Two clip regimes: by default the bindings carry `regimes` = {"C=10": the same bindings at
+C = `WHOLE_STEP_LAYOUT["C_unclipped"]` = 10, above every record's gradient norm (at most 0.72 on the fixture,
+measured in tests/checks/test_whole_step.py), so no record is clipped}; a defect that only shows when ‖ḡ_i‖
+varies (noise scaled by the batch's largest norm) is invisible at C = 0.2, where every ‖ḡ_i‖ = C.
+
+Adversarial pool (`pool`, for neighbours="search"; `whole_step_pool`): records that collide with the fixture's
+(the prompt of record 0 with another answer; an exact copy of record 1), extreme reward groups (all correct, all
+wrong: zero advantage) and extreme gradients (a zero `GradientRecord`, one of norm 100, above both clip norms).
+Their rollouts are replayed like the fixture's.
 """
 
 from __future__ import annotations
@@ -36,10 +46,64 @@ import torch
 from mechanisms.dpgrpo.trainer import DPTrainer
 from privcheck.errors import InvalidParameter
 
-__all__ = ["WHOLE_STEP_LAYOUT", "whole_step_bindings", "whole_step_fixture"]
+__all__ = ["WHOLE_STEP_LAYOUT", "whole_step_bindings", "whole_step_fixture", "whole_step_pool"]
 
+# C_unclipped: the second clip norm, above every record's gradient norm on the fixture (the unclipped regime)
 WHOLE_STEP_LAYOUT = {"n_records": 2, "G": 4, "L_max": 6, "m": 2, "T": 10, "sigma": 1.0, "C": 0.2, "lr": 0.05,
-                     "optimizer": "adamw", "seeds": 6}
+                     "optimizer": "adamw", "seeds": 6, "C_unclipped": 10.0}
+FAR_NORM = 100.0      # the "far above C" GradientRecord: above both clip norms
+
+
+def whole_step_pool(fixture) -> tuple[dict, object]:
+    """({kind: record}, Replay of their rollouts): the adversarial candidates of the neighbour search
+    (module docstring), built from the fixture's records (the last one is the addition)."""
+    import dataclasses
+
+    from mechanisms.dpgrpo.core import ParamSpace
+    from mechanisms.dpgrpo.records import GradientRecord, Record
+    from mechanisms.dpgrpo.rollouts import Replay, make_group
+
+    model, tok, records, _ = fixture
+    L = WHOLE_STEP_LAYOUT
+    r0, r1 = records[0], records[1]
+    other = str(int(r0.answer) + 1)
+    texts = {
+        "same_prompt_other_answer": (Record(prompt=r0.prompt, answer=other), (other, r0.answer, "7", other)),
+        "all_correct": (Record(prompt="3+4=", answer="7"), ("7",) * L["G"]),
+        "all_wrong": (Record(prompt="2+2=", answer="4"), ("5", "44", "3", "22")),
+    }
+    pool = {k: rec for k, (rec, _) in texts.items()}
+    pairs = [(rec, make_group(tok, t, L["L_max"])) for rec, t in texts.values()]
+    dim = ParamSpace(model).dim
+    far = torch.randn(dim, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    pool.update(duplicate=dataclasses.replace(r1), zero_gradient=GradientRecord(torch.zeros(dim, dtype=torch.float64)),
+                far_above_C=GradientRecord(far * (FAR_NORM / float(torch.linalg.vector_norm(far)))))
+    return pool, Replay(pairs)
+
+
+class _PoolReplay:
+    """The fixture's Replay, then the pool's (a record is looked up in the fixture first)."""
+
+    mode = "replay"
+
+    def __init__(self, base, extra):
+        self.base, self.extra = base, extra
+        self.A2_ASSUMPTION, self.A2_CAVEAT = base.A2_ASSUMPTION, base.A2_CAVEAT
+
+    def group_for(self, record):
+        try:
+            return self.base.group_for(record)
+        except InvalidParameter:
+            return self.extra.group_for(record)
+
+    def __call__(self, model, records, policy="current", randomness=None):
+        from mechanisms.dpgrpo.records import GradientRecord, RolloutGroup
+
+        out = []
+        for rec in records:
+            g = None if isinstance(rec, GradientRecord) else self.group_for(rec)
+            out.append(None if g is None else RolloutGroup(g.token_ids, g.mask, None, g.texts))
+        return out
 
 
 def whole_step_fixture(seed: int = 0, *, n_records: int = WHOLE_STEP_LAYOUT["n_records"]):
@@ -52,10 +116,13 @@ def whole_step_fixture(seed: int = 0, *, n_records: int = WHOLE_STEP_LAYOUT["n_r
 
 
 def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int | None = None,
-                        seeds: int | None = None, seed: int = 0, **config):
+                        seeds: int | None = None, seed: int = 0, unclipped_C: float | None = WHOLE_STEP_LAYOUT[
+                            "C_unclipped"], pool: bool = True, **config):
     """A `privcheck.checks.whole_step.WholeStepBindings` for `trainer_cls` (a DPTrainer or subclass) on the
     float64 fixture (built with `whole_step_fixture(seed)` when None). `config` overrides the `DPGRPOConfig`
-    fields of `WHOLE_STEP_LAYOUT` (n is fixed: n_records + 1 slots)."""
+    fields of `WHOLE_STEP_LAYOUT` (n is fixed: n_records + 1 slots). `unclipped_C`: a second clip norm whose
+    bindings are attached as `regimes` {"C=<unclipped_C>"} (the regime is named "C=<C>"); None (or equal to C)
+    attaches none. `pool`: attach the adversarial pool (`whole_step_pool`) for the neighbour search."""
     from mechanisms.dpgrpo.config import DPGRPOConfig
     from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.tasks import reward
@@ -75,6 +142,15 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
     records = list(records)
     if len(records) < n_records + 1:
         raise InvalidParameter("fixture", len(records), f"a fixture with at least {n_records + 1} records")
+    if unclipped_C is not None and (isinstance(unclipped_C, bool) or not isinstance(unclipped_C, (int, float))
+                                    or not 0 < unclipped_C < float("inf")):
+        raise InvalidParameter("unclipped_C", unclipped_C, "None or a finite number > 0")
+    if not isinstance(pool, bool):
+        raise InvalidParameter("pool", pool, "a bool")
+    candidates, backend = None, replay
+    if pool:
+        candidates, extra = whole_step_pool((model, tok, records, replay))
+        backend = _PoolReplay(replay, extra)
     n = n_records + 1
     kwargs = dict(n=n, m=L["m"], T=L["T"], sigma=L["sigma"], C=L["C"], G=L["G"], L_max=L["L_max"],
                   optimizer=L["optimizer"], lr=L["lr"], randomness=0, rollout_mode="replay", precision="float64")
@@ -89,7 +165,7 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
         present = torch.tensor([x is not None for x in dataset], dtype=torch.bool)
         universe = SlotUniverse(n, present, dataset)
         trainer = trainer_cls(copy.deepcopy(pristine), tok, universe, base_config.replace(randomness=int(run_seed)),
-                              reward, rollout_backend=replay)
+                              reward, rollout_backend=backend)
         seen = {"batch": None, "scores": {}, "clipped": {}, "private": {}}
         universe_batch, trainer_score, trainer_contributions = universe.batch, trainer.score, trainer.contributions
 
@@ -158,7 +234,13 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
                        private_parameters=list(trainer.space.names), install_update_hook=trainer.add_update_hook,
                        public_outputs=public_outputs, sampled=sampled, per_record=per_record)
 
+    others = None
+    if unclipped_C is not None and float(unclipped_C) != float(base_config.C):
+        others = {f"C={float(unclipped_C):g}": whole_step_bindings(
+            fixture, trainer_cls, n_records=n_records, seeds=seeds, seed=seed, unclipped_C=None, pool=pool,
+            **{**config, "C": float(unclipped_C)})}
     return WholeStepBindings(build=build, records=records[:n_records], addition=records[n_records],
                              clip_norm=float(base_config.C), divisor=base_config.q * n,
                              noise_multiplier=float(base_config.sigma), sampling_rate=base_config.q, removal="absent",
-                             absent=None, seeds=L["seeds"] if seeds is None else seeds)
+                             absent=None, seeds=L["seeds"] if seeds is None else seeds, pool=candidates,
+                             regime=f"C={float(base_config.C):g}", regimes=others)

@@ -45,8 +45,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.neighbours import pairs as neighbour_pairs
 from privcheck.checks.observation import compare_public, flat_grads, grad_dtype, norm, public_leaves, write_grads
-from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES, neighbour_pairs
+from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES
 from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.randomness import derive_seed
 
@@ -413,7 +414,7 @@ def _replayed_pairs(b, cases, seeds):
     if key in wr._cache:
         return wr._cache[key]
     out = []
-    for pair in neighbour_pairs(wr, cases, 1):
+    for pair in neighbour_pairs(wr.records, wr.addition, removal=wr.removal, absent=wr.absent, cases=cases):
         for t in range(seeds):
             s = t
             ref = _trial(wr, pair.small, s)

@@ -41,6 +41,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.neighbours import (
+    CASES,
+    COUPLINGS,
+    POSITIONS,
+    REMOVALS,
+    Pair,
+    coverage,
+    pairs,
+    search_pairs,
+    supported_positions,
+)
 from privcheck.checks.observation import compare_public as _compare_public
 from privcheck.checks.observation import flat_grads as _flat_grads
 from privcheck.checks.observation import grad_dtype as _grad_dtype
@@ -51,11 +62,10 @@ from privcheck.errors import InvalidParameter
 
 __all__ = ["CASES", "StepRun", "WHOLE_STEP_CHECKS", "WHOLE_STEP_TOLERANCES", "WholeStepBindings",
            "check_step_noise", "check_step_poisson_sampling", "check_step_public_outputs",
-           "check_step_record_isolation", "check_step_sensitivity", "neighbour_pairs", "public_leaves"]
+           "check_step_record_isolation", "check_step_sensitivity", "public_leaves"]
 
 SUITE = "dpgrpo"
-CASES = ("add", "remove", "empty", "small")
-REMOVALS = ("drop", "absent")
+NEIGHBOURS = ("positions", "search")
 ALPHA = 1e-7          # false-failure budget of each statistical check (Bonferroni over its tests)
 MISS = 1e-6           # accepted probability of missing a required coverage case when it cannot be observed
 
@@ -117,7 +127,13 @@ class WholeStepBindings:
     `clip_norm` C; `divisor` the public divisor (q·n); `noise_multiplier` σ (noise std σ·C before division);
     `sampling_rate` q. `removal`: "drop" (datasets of varying length; removing record i is tested as D with i
     moved last vs that minus its last record) or "absent" (a fixed universe of len(records) + 1 slots, the last
-    one the addition's; removal puts `absent` in the slot). `seeds`: minimum trials per neighbouring pair."""
+    one the addition's; removal puts `absent` in the slot). `seeds`: minimum trials per neighbouring pair.
+    `coupling`: how `build` keys the coins for "drop" ("index": per dataset index, so the differing record can
+    only be last; "record": per stable record identity, any position; `privcheck.checks.neighbours`). `pool`:
+    {kind: record}, adversarial candidates for the neighbour search (records colliding with others on a prompt,
+    extreme rewards or gradient norms). `regime` names this configuration; `regimes`: {name: WholeStepBindings}
+    of the same step under other public configurations (a clip norm above every record's gradient norm), run
+    after this one by the neighbouring-pair checks."""
 
     build: Callable[[Sequence, int], StepRun]
     records: Sequence
@@ -129,6 +145,10 @@ class WholeStepBindings:
     removal: str = "drop"
     absent: Any = None
     seeds: int = 16
+    coupling: str = "index"
+    pool: Mapping[str, Any] | None = None
+    regime: str = "default"
+    regimes: Mapping[str, "WholeStepBindings"] | None = None
 
     def __post_init__(self):
         if not callable(self.build):
@@ -151,6 +171,19 @@ class WholeStepBindings:
             raise InvalidParameter("seeds", self.seeds, "an integer >= 1")
         if self.removal == "absent" and self.addition is self.absent:
             raise InvalidParameter("addition", self.addition, "a record (not the `absent` placeholder)")
+        if self.coupling not in COUPLINGS:
+            raise InvalidParameter("coupling", self.coupling, f"one of {COUPLINGS}")
+        if self.pool is not None and (not isinstance(self.pool, Mapping) or any(
+                not isinstance(k, str) or (self.removal == "absent" and v is self.absent)
+                for k, v in self.pool.items())):
+            raise InvalidParameter("pool", type(self.pool).__name__, "None or a mapping {kind (str): record}")
+        if not isinstance(self.regime, str) or not self.regime:
+            raise InvalidParameter("regime", self.regime, "a non-empty name")
+        if self.regimes is not None and (not isinstance(self.regimes, Mapping) or any(
+                not isinstance(k, str) or not isinstance(v, WholeStepBindings) or v.regimes
+                or k == self.regime for k, v in self.regimes.items())):
+            raise InvalidParameter("regimes", type(self.regimes).__name__, "None or {name: WholeStepBindings} "
+                                   "(names other than `regime`, without regimes of their own)")
 
 
 # --------------------------------------------------------------------------------------------- runner
@@ -183,7 +216,8 @@ def _check_small_base(b, small_base: int, cases) -> None:
         raise InvalidParameter("small_base", small_base, f"an integer in [1, {len(ws.records) - 1}]")
 
 
-def _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0):
+def _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0, positions=None, neighbours="positions",
+                  examples=32, search_seed=0):
     """The options of the neighbouring-pair checks, validated before any run: (precision, cases, inputs)."""
     prec = _precision(b, precision)
     _validate(b)
@@ -194,8 +228,18 @@ def _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0):
     if seeds is not None:
         _count("seeds", seeds)
     _check_small_base(b, small_base, cases)
-    return prec, cases, {"cases": list(cases), "seeds": seeds, "max_seeds": max_seeds, "small_base": small_base,
-                         "seed0": seed0}
+    positions = POSITIONS if positions is None else tuple(positions) if isinstance(positions, (list, tuple)) else None
+    if not positions or not set(positions) <= set(POSITIONS) or len(set(positions)) != len(positions):
+        raise InvalidParameter("positions", positions, f"a non-empty subset of {POSITIONS}")
+    if neighbours not in NEIGHBOURS:
+        raise InvalidParameter("neighbours", neighbours, f"one of {NEIGHBOURS}")
+    _count("examples", examples)
+    _count("search_seed", search_seed, 0)
+    inputs = {"cases": list(cases), "seeds": seeds, "max_seeds": max_seeds, "small_base": small_base,
+              "seed0": seed0, "positions": list(positions), "neighbours": neighbours}
+    if neighbours == "search":
+        inputs.update(examples=examples, search_seed=search_seed)
+    return prec, cases, inputs
 
 
 def _count(name, value, minimum=1):
@@ -309,46 +353,57 @@ def _drive(ws: WholeStepBindings, dataset, seed: int, *, fix: dict | None = None
 
 # --------------------------------------------------------------------------------------------- neighbours
 
-@dataclass(frozen=True)
-class _Pair:
-    label: str
-    small: tuple
-    big: tuple
-    index: int          # dataset index of the differing record in `big`
-
-
-def neighbour_pairs(ws: WholeStepBindings, cases: Sequence[str], small_base: int) -> list[_Pair]:
-    R, x, k = list(ws.records), ws.addition, len(ws.records)
-    out = []
-    if ws.removal == "drop":
-        for case in cases:
-            if case == "add":
-                out.append(_Pair("add", tuple(R), tuple(R + [x]), k))
-            elif case == "remove":
-                for i in range(k):
-                    rest = R[:i] + R[i + 1:]
-                    out.append(_Pair(f"remove[{i}]", tuple(rest), tuple(rest + [R[i]]), k - 1))
-            elif case == "empty":
-                out.append(_Pair("empty", (), (x,), 0))
-            elif case == "small":
-                out.append(_Pair("small", tuple(R[:small_base]), tuple(R[:small_base] + [x]), small_base))
-        return out
-    A = ws.absent
-    present = [i for i, r in enumerate(R) if r is not A]
-    for case in cases:
-        if case == "add":
-            out.append(_Pair("add", tuple(R + [A]), tuple(R + [x]), k))
-        elif case == "remove":
-            for i in present:
-                small = [A if j == i else r for j, r in enumerate(R)] + [A]
-                out.append(_Pair(f"remove[{i}]", tuple(small), tuple(R + [A]), i))
-        elif case == "empty":
-            out.append(_Pair("empty", tuple([A] * (k + 1)), tuple([A] * k + [x]), k))
-        elif case == "small":
-            keep = set(present[:small_base])
-            base = [r if j in keep else A for j, r in enumerate(R)]
-            out.append(_Pair("small", tuple(base + [A]), tuple(base + [x]), k))
+def _pairs(ws: WholeStepBindings, cases: Sequence[str], small_base: int, inputs: dict | None = None) -> list[Pair]:
+    """The pairs a neighbouring-pair check runs (`privcheck.checks.neighbours`): the deterministic ones at the
+    requested positions, then, with neighbours="search", the searched ones."""
+    inputs = inputs or {}
+    kw = dict(removal=ws.removal, absent=ws.absent, coupling=ws.coupling, positions=inputs.get("positions"))
+    out = pairs(ws.records, ws.addition, cases=cases, small_base=small_base, **kw)
+    if inputs.get("neighbours") == "search":
+        out += search_pairs(ws.records, ws.addition, pool=ws.pool, examples=inputs["examples"],
+                            seed=inputs["search_seed"], **kw)
     return out
+
+
+def _neighbour_coverage(ws: WholeStepBindings, pair_list: Sequence[Pair], inputs: dict) -> dict:
+    """What the pairs covered, for `observed`: positions, kinds, sizes, and the requested positions the
+    coupling cannot reach (drop removal with index coupling: only "last")."""
+    requested = inputs.get("positions") or list(POSITIONS)
+    reachable = supported_positions(ws.removal, ws.coupling)
+    out = {"removal": ws.removal, "coupling": ws.coupling, "neighbours": inputs.get("neighbours", "positions"),
+           "deterministic": coverage([p for p in pair_list if not p.searched], removal=ws.removal, absent=ws.absent),
+           "positions_not_covered": {p: f"removal {ws.removal!r} with {ws.coupling!r} coupling keeps the shared "
+                                        "records coupled only with the differing record last"
+                                     for p in requested if p not in reachable}}
+    if inputs.get("neighbours") == "search":
+        out["search"] = coverage([p for p in pair_list if p.searched], removal=ws.removal, absent=ws.absent)
+        out["search"]["pool_kinds"] = sorted(ws.pool or {})
+    return out
+
+
+def _across_regimes(ws: WholeStepBindings, one: Callable[[WholeStepBindings], dict]) -> dict:
+    """Run `one` on the bindings and on each of `ws.regimes`; one result, failing when any regime fails, with
+    each regime's observation under observed["regimes"] (the first regime's fields stay at the top level)."""
+    if not ws.regimes:
+        out = one(ws)
+        out["observed"]["regime"] = ws.regime
+        return out
+    runs = {ws.regime: one(ws)}
+    for name, other in ws.regimes.items():
+        runs[name] = one(other)
+    first = runs[ws.regime]
+    observed = dict(first["observed"])
+    observed["regime"] = ws.regime
+    observed["regimes"] = {name: r["observed"] for name, r in runs.items()}
+    if "worst_ratio" in observed:      # the summary fields cover every regime
+        observed["worst_ratio"] = max((r["observed"]["worst_ratio"] for r in runs.values()
+                                       if r["observed"].get("worst_ratio") is not None), default=None)
+    if "leak_fields" in observed:
+        observed["leak_fields"] = sorted({k for r in runs.values() for k in r["observed"]["leak_fields"]})
+    passed = all(r["passed"] for r in runs.values())
+    message = "; ".join(f"[{name}] {r['message']}" for name, r in runs.items() if not r["passed"] or passed)
+    return {"passed": passed, "observed": observed, "expected": first["expected"], "tolerance": first["tolerance"],
+            "message": message}
 
 
 def _cases(cases) -> tuple[str, ...]:
@@ -381,11 +436,44 @@ def _sampling_anomalies(ws, dataset, sampled) -> list[str]:
     return bad
 
 
+def _clip_regime(run: dict, pair: Pair, C: float, counts: dict, differing: dict, stats: dict) -> None:
+    """Record the clip regime of one trial from `per_record` "clipped" (a record whose clipped contribution has
+    norm C, to 1e-9 relative, was clipped): "clipped" / "unclipped" when every sampled record of the big run
+    was / was not, "mixed", "empty", "unknown" without the observation."""
+    per = run.get("per_record")
+    sampled = run.get("sampled")
+    if per is None or sampled is None:
+        counts["unknown"] += 1
+        return
+    if not sampled:
+        counts["empty"] += 1
+        return
+    flags = {}
+    for i in sampled:
+        v = (per.get(i) or {}).get("clipped")
+        if v is None:
+            counts["unknown"] += 1
+            return
+        flags[i] = _norm(_as_f64(v)) >= C * (1 - 1e-9)
+    kind = "clipped" if all(flags.values()) else ("unclipped" if not any(flags.values()) else "mixed")
+    counts[kind] += 1
+    stats[kind] = stats.get(kind, 0) + 1
+    if pair.index in flags:
+        differing["clipped" if flags[pair.index] else "unclipped"] += 1
+
+
+def _as_f64(v):
+    import torch
+
+    return torch.as_tensor(v).detach().to("cpu", torch.float64).reshape(-1)
+
+
 # --------------------------------------------------------------------------------------------- sensitivity
 
 def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[str] | None = None,
-                           seeds: int | None = None, max_seeds: int = 400, small_base: int = 1, seed0: int = 0
-                           ) -> CheckResult:
+                           seeds: int | None = None, max_seeds: int = 400, small_base: int = 1, seed0: int = 0,
+                           positions: Sequence[str] | None = None, neighbours: str = "positions", examples: int = 32,
+                           search_seed: int = 0) -> CheckResult:
     """`step_sensitivity`: on coupled neighbours, ‖ĝ(D') − ĝ(D)‖·divisor/C ≤ 1 + allowance on every trial.
 
     Pairs (`cases`): "add" (D, D + x), "remove" (each record), "empty" (no record vs x alone: the empty batch) and
@@ -399,23 +487,34 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
     running the "small" pair for ⌈ln 1e-6 / ln(1 − q^m)⌉ trials (m records), a miss probability below 1e-6;
     when that exceeds `max_seeds` the check fails as inconclusive.
 
+    Neighbours (`privcheck.checks.neighbours`): "add" puts the addition at each of `positions` (first, middle,
+    last among the records; what the coupling supports, the rest reported under observed["neighbours"]);
+    neighbours="search" adds `examples` pairs drawn from the records and `whole_step.pool` (a sweep of every
+    pool kind, then hypothesis at `search_seed`), each run for `seeds` trials (no per-pair coverage demand).
+    With `per_record` bound, each trial's clip regime is recorded (records whose clipped norm reached C are
+    "clipped"). `whole_step.regimes` are run after the bindings themselves (observed["regimes"]).
+
     Tolerance: allowance = record_rel·(|D| + |D'|) + hat_multiple·ε·(‖ĝ_D‖ + ‖ĝ_D'‖)·divisor/C
     (`WHOLE_STEP_TOLERANCES`; ε of ĝ's dtype). Deterministic given the seeds: no false failures.
     Reference: the sensitivity bound ‖clip_C(g)‖ ≤ C of one record, divided by the public divisor."""
-    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0)
+    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0, positions,
+                                        neighbours, examples, search_seed)
     tol = WHOLE_STEP_TOLERANCES[prec]
 
-    def fn():
-        ws = _bindings(b)
+    def one(ws):
         n_min = min(seeds if seeds is not None else ws.seeds, max_seeds)
         C, d, q = float(ws.clip_norm), float(ws.divisor), float(ws.sampling_rate)
+        clip_regimes = {"clipped": 0, "unclipped": 0, "mixed": 0, "empty": 0, "unknown": 0}
+        differing = {"clipped": 0, "unclipped": 0}
+        searched = {"trials": 0, "differing_sampled": 0, "positions_sampled": {}}
         worst, worst_at = -math.inf, None
         per_pair, violations, failures = {}, [], []
         sizes_small, sizes_big = set(), set()
         empty_seen = full_seen = False
         full_by_design = None
         observable = None
-        for pair in neighbour_pairs(ws, cases, small_base):
+        pair_list = _pairs(ws, cases, small_base, inputs)
+        for pair in pair_list:
             m_big = len(_present(ws, pair.big))
             need_full = pair.label == "small"
             n_full = _seeds_for(q ** m_big) if need_full else 0
@@ -426,15 +525,16 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
             while True:
                 pair_failed = len(failures) + len(violations) > n_failures
                 if t >= n_min:
-                    done = informative > 0
+                    done = informative > 0 or pair.searched    # a searched pair runs its trials, no more
                     if need_full:
                         done &= (full > 0) if observable else t >= n_full
                     if done or t >= max_seeds or pair_failed:   # a failed pair needs no more coverage
                         break
                 s = seed0 + t
                 a = _drive(ws, pair.small, s)
-                z = _drive(ws, pair.big, s)
+                z = _drive(ws, pair.big, s, per_record=True)
                 t += 1
+                _clip_regime(z, pair, C, clip_regimes, differing, stats)
                 observable = a["sampled"] is not None and z["sampled"] is not None
                 if len(a["grads"]) != len(z["grads"]):
                     ratio, allowance = math.inf, 0.0
@@ -470,7 +570,13 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                     sa, sz = a["sampled"], z["sampled"]
                     for msg in _sampling_anomalies(ws, pair.small, sa) + _sampling_anomalies(ws, pair.big, sz):
                         violations.append(f"{pair.label} seed {s}: {msg}")
-                    if set(sz) - {pair.index} != set(sa):
+                    if pair.searched:
+                        searched["trials"] += 1
+                        if pair.index in sz:
+                            searched["differing_sampled"] += 1
+                            at = searched["positions_sampled"]
+                            at[pair.position] = at.get(pair.position, 0) + 1
+                    if set(sz) - {pair.index} != {pair.shared_index(i) for i in sa}:
                         violations.append(f"{pair.label} seed {s}: shared records sampled differ between "
                                           f"neighbours ({sorted(sa)} vs {sorted(sz)}; coins not coupled, or "
                                           "batch membership depends on the other records)")
@@ -485,8 +591,9 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                 elif pair.label == "empty" and ratio > allowance:
                     empty_seen = True
             stats["trials"] = t
+            stats["position"] = pair.position
             per_pair[pair.label] = stats
-            if informative == 0:
+            if informative == 0 and not pair.searched:
                 failures.append(f"{pair.label}: inconclusive, nonzero-difference trials: 0 of {t} (bound: ≥ 1; the "
                                 "differing record was never sampled, or its update is lost)")
             if need_full and not observable:
@@ -504,6 +611,8 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
             failures.append("inconclusive: the full-batch case needs the 'small' pair or a bound `sampled`")
         if observable is False and "empty" not in cases:
             failures.append("inconclusive: the empty-batch case needs the 'empty' pair or a bound `sampled`")
+        if inputs["neighbours"] == "search" and observable and searched["differing_sampled"] == 0:
+            failures.append("inconclusive: no searched pair had its differing record sampled")
         failures += violations
         observed = {"worst_ratio": max((p["max_ratio"] for p in per_pair.values()), default=None),
                     "trials": sum(p["trials"] for p in per_pair.values()),
@@ -513,7 +622,10 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                     "batch_sizes_big": sorted(sizes_big) if observable else None,
                     "empty_batch_case": empty_seen, "full_batch_case": full_seen if observable else full_by_design,
                     "coverage_observed": bool(observable), "coupling_violations": violations[:10],
-                    "failures": failures[:20]}
+                    "clip_regimes": clip_regimes, "differing_record_regime": differing,
+                    "neighbours": _neighbour_coverage(ws, pair_list, inputs), "failures": failures[:20]}
+        if inputs["neighbours"] == "search":
+            observed["neighbours"]["search"].update(searched)
         return {"passed": not failures, "observed": observed,
                 "expected": {"ratio": "<= 1", "empty_batch_case": True, "full_batch_case": True,
                              "nonzero_difference_per_pair": True},
@@ -524,7 +636,8 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                             f"{sum(p['trials'] for p in per_pair.values())} trials")}
 
     return evaluate(b, "step_sensitivity", prec, "sensitivity of one record: ‖clip_C(g)‖ ≤ C, divided by the public "
-                   "divisor, on coupled neighbouring runs of the real step", inputs, fn)
+                   "divisor, on coupled neighbouring runs of the real step", inputs,
+                    lambda: _across_regimes(_bindings(b), one))
 
 
 # --------------------------------------------------------------------------------------------- public outputs
@@ -533,7 +646,8 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
 
 def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequence[str] | None = None,
                               seeds: int | None = None, max_seeds: int = 400, small_base: int = 1,
-                              seed0: int = 0) -> CheckResult:
+                              seed0: int = 0, positions: Sequence[str] | None = None, neighbours: str = "positions",
+                              examples: int = 32, search_seed: int = 0) -> CheckResult:
     """`step_public_outputs`: with ĝ fixed, every public output of a step is the same on neighbours.
 
     For each pair (as `step_sensitivity`) and seed: run D (capture ĝ_D), then run D' with its ĝ replaced by
@@ -549,19 +663,20 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
     Tolerance: bit identity in float64; `public_ulps` ulps of the leaf's dtype at lower precision
     (`WHOLE_STEP_TOLERANCES`). Deterministic: no false failures. Reference: post-processing, a public output
     of a DP step is a function of ĝ and public inputs only."""
-    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0)
+    prec, cases, inputs = _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0, positions,
+                                        neighbours, examples, search_seed)
     tol = WHOLE_STEP_TOLERANCES[prec]
     ulps = int(tol["public_ulps"])
 
-    def fn():
-        ws = _bindings(b)
+    def one(ws):
         n_min = min(seeds if seeds is not None else ws.seeds, max_seeds)
         leaks: dict[str, dict] = {}
         per_pair, failures, fix_paths = {}, [], set()
         n_fields = 0
-        for pair in neighbour_pairs(ws, cases, small_base):
+        pair_list = _pairs(ws, cases, small_base, inputs)
+        for pair in pair_list:
             informative, t = 0, 0
-            while t < n_min or (informative == 0 and t < max_seeds):
+            while t < n_min or (informative == 0 and t < max_seeds and not pair.searched):
                 s = seed0 + t
                 t += 1
                 a = _drive(ws, pair.small, s, snapshot=True)
@@ -582,8 +697,8 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
                     entry = leaks.setdefault(key, {"trials": 0, "first": {"pair": pair.label, "seed": s,
                                                                           "difference": what}})
                     entry["trials"] += 1
-            per_pair[pair.label] = {"trials": t, "record_sampled": informative}
-            if informative == 0:
+            per_pair[pair.label] = {"trials": t, "record_sampled": informative, "position": pair.position}
+            if informative == 0 and not pair.searched:
                 failures.append(f"{pair.label}: inconclusive, trials with the differing record sampled: 0 of {t} "
                                 "(bound: ≥ 1)")
         total = sum(p["trials"] for p in per_pair.values())
@@ -592,7 +707,7 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
                                                     for k, v in leaks.items())
                             + " (bound: identical on neighbours once ĝ is fixed)")
         observed = {"leaks": leaks, "leak_fields": sorted(leaks), "pairs": per_pair, "fields_compared": n_fields,
-                    "g_hat_fixed_through": sorted(fix_paths)}
+                    "g_hat_fixed_through": sorted(fix_paths), "neighbours": _neighbour_coverage(ws, pair_list, inputs)}
         return {"passed": not failures, "observed": observed, "expected": {"leak_fields": []},
                 "tolerance": {"public_ulps": ulps},
                 "message": "; ".join(failures) if failures else
@@ -600,7 +715,7 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
                 f"{', '.join(sorted(fix_paths))})"}
 
     return evaluate(b, "step_public_outputs", prec, "post-processing: with the noisy update fixed, a step's public "
-                   "outputs are functions of public inputs only", inputs, fn)
+                   "outputs are functions of public inputs only", inputs, lambda: _across_regimes(_bindings(b), one))
 
 
 # --------------------------------------------------------------------------------------------- noise

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from mechanisms.dpgrpo import core
+from mechanisms.dpgrpo.records import Record
 from mechanisms.dpgrpo.trainer import DPTrainer
 
-__all__ = ["NoNoiseOnEmptyBatch", "PreNoiseNormTelemetry", "RewardDrivenLR", "STEP_ZOO", "StepBug",
-           "UnnoisedBaseBias"]
+__all__ = ["BatchScaledNoise", "InformativeGroupRescale", "NoNoiseOnEmptyBatch", "PreNoiseNormTelemetry",
+           "PromptGradientCache", "RewardDrivenLR", "STEP_ZOO", "StepBug", "UnnoisedBaseBias"]
 
 
 class NoNoiseOnEmptyBatch(DPTrainer):
@@ -90,6 +92,73 @@ class UnnoisedBaseBias(DPTrainer):
             p.grad = None
 
 
+class _InStep(DPTrainer):
+    """Marks the calls made from inside `step()`: the defects below live there only, so the callables V1–V12
+    call directly are the production ones."""
+
+    _in_step = False
+
+    def step(self):
+        self._in_step = True
+        self._batch_max = None
+        try:
+            return super().step()
+        finally:
+            self._in_step = False
+
+
+class PromptGradientCache(_InStep):
+    """(e) Cross-record state inside a step: each prompt's clipped gradient is memoised within the batch ("duplicate
+    prompts are common, skip the recompute"), so a later record whose prompt was already seen gets the first
+    one's contribution. A differing record placed before a batch-mate with its prompt changes that batch-mate's
+    contribution; placed last it only replaces its own (still ≤ C), and the fixture's prompts are distinct."""
+
+    def contributions(self, items, *, slots=None):
+        out = super().contributions(items, slots=slots)
+        if not self._in_step:
+            return out
+        first: dict[str, int] = {}
+        for k, item in enumerate(items):
+            rec = self.unpack(item)[0]
+            if isinstance(rec, Record):
+                out[k] = out[first.setdefault(rec.prompt, k)]
+        return out
+
+
+class BatchScaledNoise(_InStep):
+    """(f) Noise whose scale follows the batch: std σ·max_i‖ḡ_i‖ (σ·C on an empty batch) instead of σ·C ("the
+    noise only has to cover the largest contribution"). Identical to σ·C while every record is clipped."""
+
+    def contributions(self, items, *, slots=None):
+        out = super().contributions(items, slots=slots)
+        if self._in_step and out:
+            self._batch_max = max(float(torch.linalg.vector_norm(v.detach().double())) for v in out)
+        return out
+
+    def privatize(self, S):
+        if not self._in_step or self._batch_max is None:
+            return super().privatize(S)
+        cfg = self.config
+        return core.privatize(S, cfg.sigma * self._batch_max / cfg.C, cfg.C, cfg.q, self.n_slots,
+                              self.randomness.noise, nonprivate=self.nonprivate)
+
+
+class InformativeGroupRescale(_InStep):
+    """(g) A divisor from batch statistics at the extreme of the reward range: groups whose rewards are all equal
+    (all correct or all wrong) carry no policy-gradient signal, so the update is rescaled to the informative
+    groups, ĝ·|B|/#informative (DAPO-style). The factor is 1 unless a constant-reward group is in the batch."""
+
+    def privatize(self, S):
+        g_hat = super().privatize(S)
+        if not self._in_step:
+            return g_hat
+        size = len(self._round_slots or [])
+        constant = sum(len(set(rs)) == 1 for rs in self.scratch["rewards"])
+        if constant and size > constant:
+            g_hat = g_hat * (size / (size - constant))
+        return g_hat
+
+
 @dataclass(frozen=True)
 class StepBug:
     name: str
@@ -97,7 +166,13 @@ class StepBug:
     check: str               # the whole-step check that must fail (key of WHOLE_STEP_CHECKS)
     leak_field: str | None   # a substring of a leak field step_public_outputs must name
     options: tuple = ()      # options of the check for the fast tier, as (key, value) pairs
+    old: tuple | None = None  # options (check options and whole_step_bindings keyword arguments, "bindings")
+    #                           of the coverage before issue 22 (differing record last, C below every norm)
+    #                           under which the defect is NOT caught; None where the old coverage caught it
 
+
+# the search restricted to its sweep: every pool kind once, in front of the fixture's records, 1 seed each
+SWEEP = (("cases", ("empty",)), ("seeds", 1), ("neighbours", "search"), ("examples", 7))
 
 STEP_ZOO = (
     StepBug("no_noise_on_empty_batch", NoNoiseOnEmptyBatch, "step_sensitivity", None,
@@ -109,4 +184,14 @@ STEP_ZOO = (
             (("cases", ("empty",)), ("seeds", 2))),
     StepBug("unnoised_base_bias", UnnoisedBaseBias, "step_public_outputs", "parameters.base_model.model."
             "transformer.ln_f.bias", (("cases", ("empty",)), ("seeds", 2))),
+    # the search's sweep puts the same-prompt record first, before record 0; the old coverage had it last
+    StepBug("prompt_gradient_cache", PromptGradientCache, "step_sensitivity", None,
+            SWEEP, (*SWEEP, ("positions", ("last",)))),
+    # the default bindings carry the C = 10 regime; the old ones had C = 0.2 only
+    StepBug("batch_scaled_noise", BatchScaledNoise, "step_sensitivity", None,
+            (("cases", ("empty", "small")), ("seeds", 3)),
+            (("cases", ("empty", "small")), ("seeds", 3), ("bindings", (("unclipped_C", None),)))),
+    # the search's pool has all-correct / all-wrong groups; the fixture's groups all have reward variance
+    StepBug("informative_group_rescale", InformativeGroupRescale, "step_sensitivity", None,
+            SWEEP, (("seeds", 1), ("positions", ("last",)), ("bindings", (("unclipped_C", None),)))),
 )

@@ -2,8 +2,11 @@
 
 Every `STEP_ZOO` row fails its whole-step check with status "fail", naming the leaked field where the defect is
 a leak, and the production `DPTrainer` passes the same check with the same (fast-tier) options, so the failure
-is the defect's. The slow tier shows that the record-level checks V1–V12, bound to the same variants today by
-`mechanisms.dpgrpo.verify.bindings_for`, do not catch (a)–(c) (see docs/whole_step.md, "Bug zoo", for (d)).
+is the defect's. The rows added for issue 22 (cross-record state, batch-scaled noise, a divisor from extreme
+reward groups) are also run under the coverage from before it (differing record last, C below every gradient
+norm: `StepBug.old`), which must miss them, so the new coverage is what catches them. The slow tier shows
+that the record-level checks V1–V12, bound to the same variants today by `mechanisms.dpgrpo.verify.bindings_for`,
+do not catch (a)–(c), (e)–(g) (see docs/whole_step.md, "Bug zoo", for (d)).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from mechanisms.dpgrpo.trainer import DPTrainer
 from mechanisms.dpgrpo.whole_step import whole_step_bindings, whole_step_fixture
 from privcheck.checks.training import SuiteBindings
 from privcheck.checks.whole_step import WHOLE_STEP_CHECKS
-from tests.bug_zoo.step_variants import STEP_ZOO, StepBug, UnnoisedBaseBias
+from tests.bug_zoo.step_variants import STEP_ZOO, StepBug, UnnoisedBaseBias, _InStep
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,34 +30,78 @@ def fixture():
     return whole_step_fixture(0)
 
 
-def run(entry: StepBug, fixture, trainer_cls):
-    b = SuiteBindings(whole_step=whole_step_bindings(fixture, trainer_cls), precision="float64")
-    r = WHOLE_STEP_CHECKS[entry.check](b, **dict(entry.options))
+def run(entry: StepBug, fixture, trainer_cls, options=None):
+    options = dict(entry.options if options is None else options)
+    b = SuiteBindings(whole_step=whole_step_bindings(fixture, trainer_cls, **dict(options.pop("bindings", ()))),
+                      precision="float64")
+    r = WHOLE_STEP_CHECKS[entry.check](b, **options)
     assert r.name == entry.check and r.precision == "float64"
     return r
 
 
+NEW = [e for e in STEP_ZOO if e.old is not None]
+
+
 def test_zoo_table():
     assert [e.name for e in STEP_ZOO] == ["no_noise_on_empty_batch", "no_noise_on_empty_batch", "reward_driven_lr",
-                                         "pre_noise_norm_telemetry", "unnoised_base_bias"]
+                                         "pre_noise_norm_telemetry", "unnoised_base_bias", "prompt_gradient_cache",
+                                         "batch_scaled_noise", "informative_group_rescale"]
     for e in STEP_ZOO:
         assert issubclass(e.trainer_cls, DPTrainer) and e.trainer_cls is not DPTrainer
-        assert "step" in vars(e.trainer_cls)          # every defect is in what step() does
+        # every defect is in what step() does (the _InStep variants act only inside step())
+        assert "step" in vars(e.trainer_cls) or issubclass(e.trainer_cls, _InStep)
         assert e.check in WHOLE_STEP_CHECKS
 
 
-@pytest.mark.parametrize("entry", STEP_ZOO, ids=IDS)
+OLD_ROWS = [e for e in STEP_ZOO if e.old is None]     # the NEW rows are failed in test_new_coverage_is_what_catches_it
+
+
+@pytest.mark.parametrize("entry", OLD_ROWS, ids=[f"{e.name}-{e.check}" for e in OLD_ROWS])
 def test_variant_fails_its_whole_step_check(fixture, entry):
     r = run(entry, fixture, entry.trainer_cls)
     assert r.status == "fail", r.message[:600]
     if entry.leak_field is not None:
         assert entry.leak_field in r.observed["leak_fields"], r.observed["leak_fields"]
         assert entry.leak_field in r.message
-    elif entry.check == "step_sensitivity":
+    elif entry.check == "step_sensitivity" and entry.old is None:
         # ĝ(D') − ĝ(D) = (clip(g_x) + z)/divisor with z ~ N(0, σ²C²I_p): ratio ≈ σ·√p ≫ 1
         assert r.observed["worst_ratio"] > 10
     elif entry.check == "step_noise":
         assert r.observed["std_ratio"] == 0.0
+
+
+def _failing(r):
+    """{"[regime] pair label"} of the trials over the bound, from each regime's failure lines."""
+    return {f"[{name}] {line.rsplit(' seed ', 1)[0]}" for name, o in r.observed["regimes"].items()
+            for line in o["failures"] if "‖Δĝ‖" in line}
+
+
+@pytest.mark.parametrize("entry", NEW, ids=[e.name for e in NEW])
+def test_new_coverage_is_what_catches_it(fixture, entry):
+    """The issue-22 rows: caught under their options, missed under the coverage from before (last position,
+    C = 0.2 only), and the production trainer passes both."""
+    r = run(entry, fixture, entry.trainer_cls)
+    assert r.status == "fail", r.message[:600]
+    regimes = r.observed["regimes"]
+    failing = _failing(r)
+    if entry.name == "prompt_gradient_cache":
+        # the same-prompt record in front of record 0: record 0 gets its contribution, ‖2ḡ_x − ḡ_0‖ > C;
+        # C = 10 leaves every record unclipped and the ratio stays below 1
+        assert failing == {"[C=0.2] sweep:same_prompt_other_answer@first"}, failing
+        assert 1.5 < regimes["C=0.2"]["worst_ratio"] < 3 and regimes["C=10"]["worst_ratio"] <= 1
+        assert regimes["C=10"]["clip_regimes"]["unclipped"] > 0
+    elif entry.name == "batch_scaled_noise":
+        # D empty (noise σ·C) against x alone (noise σ·‖g_x‖ = 0.33σ): ratio ≈ σ·(1 − 0.033)·√p ≈ 54
+        assert regimes["C=0.2"]["worst_ratio"] <= 1 + 1e-9 and regimes["C=10"]["worst_ratio"] > 10
+        assert all(f.startswith("[C=10]") for f in failing)
+        assert regimes["C=10"]["clip_regimes"]["clipped"] == 0 and regimes["C=0.2"]["clip_regimes"]["unclipped"] == 0
+    else:
+        # a constant-reward group next to an informative one: ĝ doubled, noise included: ratio ≈ σ·√p/2 ≈ 28
+        assert {f.split("] ")[1] for f in failing} == {"sweep:all_correct@first", "sweep:all_wrong@first"}, failing
+        assert regimes["C=0.2"]["worst_ratio"] > 10
+    old = run(entry, fixture, entry.trainer_cls, entry.old)
+    assert old.status == "pass", old.message[:600]
+    assert run(entry, fixture, DPTrainer, entry.old).status == "pass"
 
 
 @pytest.mark.parametrize("entry", STEP_ZOO, ids=IDS)

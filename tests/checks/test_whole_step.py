@@ -50,8 +50,9 @@ def _records():
 class ToyRun:
     """One fresh run of a toy DP-SGD step on `dataset` (entries (x, y), or None for an absent slot)."""
 
-    def __init__(self, dataset, seed, defect=None, report_norm=False):
+    def __init__(self, dataset, seed, defect=None, report_norm=False, coupling="index"):
         self.dataset, self.seed, self.defect, self.report_norm = list(dataset), int(seed), defect, report_norm
+        self.coupling = coupling
         self.model = torch.nn.Linear(3, 1, dtype=torch.float64)
         with torch.no_grad():
             self.model.weight.copy_(torch.tensor([[0.5, -0.3, 0.2]], dtype=torch.float64))
@@ -69,6 +70,9 @@ class ToyRun:
         if self.defect == "shuffled_batches":      # fixed-size batches of a seeded permutation
             perm = random.Random(self.seed).sample(present, len(present))
             return sorted(perm[:round(Q * len(present))])
+        if self.coupling == "record":              # a coin per record (its content), wherever it sits
+            return [i for i in range(n) if self.dataset[i] is not None and random.Random(
+                f"{self.seed}:{self.dataset[i][0].tolist()}:{self.dataset[i][1]}").random() < Q]
         return [i for i in range(n) if self.dataset[i] is not None and random.Random(f"{self.seed}:{i}").random() < Q]
 
     def step(self):
@@ -79,9 +83,15 @@ class ToyRun:
         S = torch.zeros(4, dtype=torch.float64)
         raw_sum = torch.zeros(1, dtype=torch.float64)
         self.records = {}
+        baseline = None
         for i in self.batch:
             x, y = self.dataset[i]
             r = float(w @ x + b) - (y - centre)
+            if self.defect == "first_record_baseline":   # cross-record state: the batch's first residual as baseline
+                if baseline is None:
+                    baseline = r
+                else:
+                    r = r - baseline
             g = torch.cat([r * x, torch.tensor([r], dtype=torch.float64)])
             raw_sum += r
             norm = float(torch.linalg.vector_norm(g))
@@ -113,9 +123,9 @@ class ToyRun:
 
 
 def toy_bindings(defect=None, *, removal="drop", hook=True, sampled=True, per_record=True, report_norm=False,
-                 seeds=8):
+                 seeds=8, coupling="index"):
     def build(dataset, seed):
-        run = ToyRun(dataset, seed, defect, report_norm)
+        run = ToyRun(dataset, seed, defect, report_norm, coupling)
         return StepRun(step=run.step, model=run.model, optimizer=run.optimizer,
                        private_parameters=["weight", "bias"],
                        install_update_hook=run.hooks.append if hook else None,
@@ -125,7 +135,7 @@ def toy_bindings(defect=None, *, removal="drop", hook=True, sampled=True, per_re
     R = _records()
     return SuiteBindings(whole_step=WholeStepBindings(
         build=build, records=R[:3], addition=R[3], clip_norm=C, divisor=DIVISOR, noise_multiplier=SIGMA,
-        sampling_rate=Q, removal=removal, absent=None, seeds=seeds))
+        sampling_rate=Q, removal=removal, absent=None, seeds=seeds, coupling=coupling))
 
 
 FAST = {"step_noise": {"seeds": 32}, "step_poisson_sampling": {"runs": 200}}
@@ -282,6 +292,59 @@ def test_inconclusive_is_a_failure():
     assert r.status == "fail" and "inconclusive" in r.message
 
 
+# ------------------------------------------------------------------------------------------ positions
+
+@pytest.mark.parametrize("removal,coupling,covered", [("drop", "index", {"last"}), ("drop", "record", None),
+                                                      ("absent", "index", None)])
+def test_positions_covered_per_coupling(removal, coupling, covered):
+    """The addition goes first, in the middle and last where the coupling keeps the shared records' coins (drop
+    with index coupling: last only, the rest reported as not covered); the correct step passes everywhere."""
+    b = toy_bindings(removal=removal, coupling=coupling)
+    for name in ("step_sensitivity", "step_public_outputs"):
+        r = run(name, b)
+        assert r.status == "pass", (name, r.message)
+        nb = r.observed["neighbours"]
+        adds = {k for k in r.observed["pairs"] if k.startswith("add@")}
+        assert adds == {f"add@{p}" for p in (covered or ("first", "middle", "last"))}
+        assert set(nb["positions_not_covered"]) == ({"first", "middle"} if covered else set())
+    assert r.observed["neighbours"]["coupling"] == coupling
+    sens = run("step_sensitivity", b).observed
+    assert sens["coupling_violations"] == [] and sens["clip_regimes"]["unknown"] == 0
+
+
+def test_cross_record_state_caught_only_before_batch_mates():
+    """A residual baseline taken from the batch's first record changes the later records' contributions: seen
+    with the addition first or in the middle, not with it last (its own contribution stays clipped); record
+    isolation in "drop" mode puts the record first and misses it as well."""
+    for removal, coupling in (("absent", "index"), ("drop", "record")):
+        b = toy_bindings("first_record_baseline", removal=removal, coupling=coupling)
+        r = run("step_sensitivity", b)
+        assert r.status == "fail", r.message
+        bad = {line.split(" seed ")[0] for line in r.observed["failures"] if "‖Δĝ‖" in line}
+        assert bad and all(p.startswith("add@first") or p.startswith("add@middle") or p.startswith("remove[0]")
+                           for p in bad), bad
+        assert run("step_sensitivity", b, positions=("last",), cases=("add", "empty", "small")).status == "pass"
+    b = toy_bindings("first_record_baseline", removal="drop", coupling="record")
+    assert run("step_record_isolation", b).status == "pass"
+
+
+def test_search_is_reproducible_and_reports_coverage():
+    b = toy_bindings(removal="absent")
+    r1 = check_step_sensitivity(b, cases=("empty",), seeds=2, neighbours="search", examples=12, search_seed=3)
+    r2 = check_step_sensitivity(b, cases=("empty",), seeds=2, neighbours="search", examples=12, search_seed=3)
+    assert r1.status == "pass", r1.message
+    assert r1.observed["pairs"] == r2.observed["pairs"] and r1.inputs["search_seed"] == 3
+    search = r1.observed["neighbours"]["search"]
+    assert search["pairs"] == 12 and search["trials"] == 24 and search["differing_sampled"] > 0
+    assert sum(search["positions"].values()) == 12
+    with pytest.raises(InvalidParameter):
+        check_step_sensitivity(b, neighbours="fuzz")
+    with pytest.raises(InvalidParameter):
+        check_step_sensitivity(b, neighbours="search", examples=0)
+    with pytest.raises(InvalidParameter):
+        check_step_public_outputs(b, positions=("front",))
+
+
 # ------------------------------------------------------------------------------------------ DPTrainer
 
 @pytest.fixture(scope="module")
@@ -308,6 +371,14 @@ def test_production_dptrainer_passes_every_whole_step_check(fixture, tier):
     sens = results["step_sensitivity"].observed
     assert sens["empty_batch_case"] and sens["full_batch_case"] and sens["coverage_observed"]
     assert abs(sens["worst_ratio"] - 1) < 1e-9            # C = 0.2 clips every record: the bound is tight
+    # both clip regimes ran: C = 0.2 below every record's gradient norm (0.33-0.71 measured), C = 10 above all
+    low, high = sens["regimes"]["C=0.2"], sens["regimes"]["C=10"]
+    lo, hi = low["clip_regimes"], high["clip_regimes"]
+    assert lo["clipped"] > 0 and lo["unclipped"] == lo["mixed"] == 0
+    assert hi["unclipped"] > 0 and hi["clipped"] == hi["mixed"] == 0
+    assert 0.3 / 10 < high["worst_ratio"] < 0.72 / 10      # ‖ḡ_x‖ = ‖g_x‖: the ratio is the record's norm over C
+    assert {"add@first", "add@middle", "add@last"} <= set(low["pairs"])
+    assert not low["neighbours"]["positions_not_covered"]
     assert results["step_public_outputs"].observed["g_hat_fixed_through"] == ["update hook"]
     assert results["step_record_isolation"].observed["bit_identical"]
 
@@ -338,3 +409,22 @@ def test_add_update_hook(fixture):
         run.step()
     with pytest.raises(InvalidParameter):
         run.install_update_hook(42)
+
+
+@pytest.mark.slow
+def test_production_dptrainer_passes_the_search(fixture):
+    """The neighbour search (pool sweep + hypothesis draws at a fixed seed) over both clip regimes: every position,
+    every pool kind, batch sizes 0 to 3; the production trainer stays within the bound."""
+    from mechanisms.dpgrpo.whole_step import whole_step_bindings
+
+    b = SuiteBindings(whole_step=whole_step_bindings(fixture), precision="float64")
+    results = {name: WHOLE_STEP_CHECKS[name](b, seeds=3, neighbours="search", examples=40)
+               for name in ("step_sensitivity", "step_public_outputs")}
+    for name, r in results.items():
+        assert r.status == "pass", (name, r.message)
+        search = r.observed["neighbours"]["search"]
+        assert set(search["positions"]) >= {"first", "middle", "last"}
+        assert set(search["kinds"]) >= set(search["pool_kinds"])
+    sens = results["step_sensitivity"].observed
+    assert set(sens["batch_sizes_big"]) == {0, 1, 2, 3} and 0 in sens["batch_sizes_small"]
+    assert sens["regimes"]["C=10"]["clip_regimes"]["unclipped"] > 0 and sens["clip_regimes"]["mixed"] > 0
