@@ -15,7 +15,7 @@ from mechanisms.dpgrpo import core
 from mechanisms.dpgrpo.records import Record
 from mechanisms.dpgrpo.trainer import DPTrainer
 
-__all__ = ["BatchScaledNoise", "InformativeGroupRescale", "NoNoiseOnEmptyBatch", "PreNoiseNormTelemetry",
+__all__ = ["BatchScaledNoise", "InStep", "InformativeGroupRescale", "NoNoiseOnEmptyBatch", "PreNoiseNormTelemetry",
            "PromptGradientCache", "RewardDrivenLR", "STEP_ZOO", "StepBug", "UnnoisedBaseBias"]
 
 
@@ -92,7 +92,7 @@ class UnnoisedBaseBias(DPTrainer):
             p.grad = None
 
 
-class _InStep(DPTrainer):
+class InStep(DPTrainer):
     """Marks the calls made from inside `step()`: the defects below live there only, so the callables V1–V12
     call directly are the production ones."""
 
@@ -107,7 +107,7 @@ class _InStep(DPTrainer):
             self._in_step = False
 
 
-class PromptGradientCache(_InStep):
+class PromptGradientCache(InStep):
     """(e) Cross-record state inside a step: each prompt's clipped gradient is memoised within the batch ("duplicate
     prompts are common, skip the recompute"), so a later record whose prompt was already seen gets the first
     one's contribution. A differing record placed before a batch-mate with its prompt changes that batch-mate's
@@ -125,7 +125,7 @@ class PromptGradientCache(_InStep):
         return out
 
 
-class BatchScaledNoise(_InStep):
+class BatchScaledNoise(InStep):
     """(f) Noise whose scale follows the batch: std σ·max_i‖ḡ_i‖ (σ·C on an empty batch) instead of σ·C ("the
     noise only has to cover the largest contribution"). Identical to σ·C while every record is clipped."""
 
@@ -143,7 +143,7 @@ class BatchScaledNoise(_InStep):
                               self.randomness.noise, nonprivate=self.nonprivate)
 
 
-class InformativeGroupRescale(_InStep):
+class InformativeGroupRescale(InStep):
     """(g) A divisor from batch statistics at the extreme of the reward range: groups whose rewards are all equal
     (all correct or all wrong) carry no policy-gradient signal, so the update is rescaled to the informative
     groups, ĝ·|B|/#informative (DAPO-style). The factor is 1 unless a constant-reward group is in the batch."""

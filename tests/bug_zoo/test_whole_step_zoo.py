@@ -18,7 +18,7 @@ from mechanisms.dpgrpo.trainer import DPTrainer
 from mechanisms.dpgrpo.whole_step import whole_step_bindings, whole_step_fixture
 from privcheck.checks.training import SuiteBindings
 from privcheck.checks.whole_step import WHOLE_STEP_CHECKS
-from tests.bug_zoo.step_variants import STEP_ZOO, StepBug, UnnoisedBaseBias, _InStep
+from tests.bug_zoo.step_variants import STEP_ZOO, InStep, StepBug, UnnoisedBaseBias
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,8 +48,8 @@ def test_zoo_table():
                                          "batch_scaled_noise", "informative_group_rescale"]
     for e in STEP_ZOO:
         assert issubclass(e.trainer_cls, DPTrainer) and e.trainer_cls is not DPTrainer
-        # every defect is in what step() does (the _InStep variants act only inside step())
-        assert "step" in vars(e.trainer_cls) or issubclass(e.trainer_cls, _InStep)
+        # every defect is in what step() does (the InStep variants act only inside step())
+        assert "step" in vars(e.trainer_cls) or issubclass(e.trainer_cls, InStep)
         assert e.check in WHOLE_STEP_CHECKS
 
 
