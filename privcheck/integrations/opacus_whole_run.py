@@ -352,7 +352,7 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
 
             def sampled():
                 # in-process fetches are what the step used; with worker processes, the sampler's indices
-                return sorted(set(sampler.taken if workers else data.fetched))
+                return list(sampler.taken if workers else data.fetched)
 
             def public_outputs():
                 out_ = {k: getattr(opt, k, None) for k in ("noise_multiplier", "max_grad_norm",
