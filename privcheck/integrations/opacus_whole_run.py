@@ -152,16 +152,26 @@ def _parts(out):
 @contextlib.contextmanager
 def _elsewhere():
     """The dry run: in a scratch directory, its standard output discarded, the global RNG state restored."""
-    from privcheck.checks.whole_run import _isolated_rng
+    import random
 
+    import numpy as np
+    import torch
+
+    rng = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
+           torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
     cwd, scratch = os.getcwd(), tempfile.mkdtemp(prefix="privcheck-dry-run-")
     try:
-        with _isolated_rng(), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()):
             os.chdir(scratch)
             yield
     finally:
         os.chdir(cwd)
         shutil.rmtree(scratch, ignore_errors=True)
+        torch.set_rng_state(rng[0])
+        np.random.set_state(rng[1])
+        random.setstate(rng[2])
+        if rng[3] is not None:
+            torch.cuda.set_rng_state_all(rng[3])
 
 
 def learn_real_run(train: Callable, dataset) -> RealRun:
