@@ -177,14 +177,16 @@ def _elsewhere():
 def learn_real_run(train: Callable, dataset) -> RealRun:
     """Run `train(dataset)` up to its first private optimizer step and return the parameters Opacus uses
     (q, σ, C, divisor, ...). That step is not applied; RNG state, working directory and stdout are restored."""
+    from privcheck.checks.common import DropoutEnabled, assert_no_dropout
     from privcheck.integrations.opacus_run import opacus_parameters
 
     seen: dict = {}
 
     def after(engine, kwargs, out):
-        _, opt, loader = _parts(out)
+        model, opt, loader = _parts(out)
         if "real" in seen:          # a second private phase: the first one's parameters are the run's
             return
+        assert_no_dropout(model)       # DropoutEnabled: masks by batch position are not coupled between neighbours
         p = opacus_parameters(opt, loader)
         seen["real"] = dict(q=p["q"], sigma=p["sigma"], C=p["C"], divisor=p["divisor"],
                             expected_batch_size=p["expected_batch_size"], loss_reduction=p["loss_reduction"],
@@ -208,7 +210,7 @@ def learn_real_run(train: Callable, dataset) -> RealRun:
             train(dataset)
     except _FirstStep:
         pass
-    except InvalidParameter:
+    except (InvalidParameter, DropoutEnabled):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's script failed before its first private step
         raise InvalidParameter("train", f"raised {type(exc).__name__}: {exc}",
@@ -245,6 +247,18 @@ def _sampler_class():
                 yield idx
 
     return CoupledPoissonSampler
+
+
+def _present(ds) -> list[bool]:
+    """For each index of `ds` (the check universe, or a `Subset` of it, nested): whether its slot is present."""
+    from torch.utils.data import Subset
+
+    if isinstance(ds, CheckDataset):
+        return [x is not ABSENT for x in ds.slots]
+    if isinstance(ds, Subset):
+        inner = _present(ds.dataset)
+        return [inner[int(i)] for i in ds.indices]
+    return [True] * len(ds)
 
 
 def _declared(public) -> dict:
@@ -347,8 +361,7 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
             sampler = None
             if isinstance(loader, DPDataLoader):
                 ds = loader.dataset
-                present = torch.tensor([x is not ABSENT for x in ds.slots] if isinstance(ds, CheckDataset)
-                                       else [True] * len(ds), dtype=torch.bool)
+                present = torch.tensor(_present(ds), dtype=torch.bool)
                 sampler = _sampler_class()(num_samples=len(ds), sample_rate=q_check, steps=per_epoch,
                                            seed=derive_seed(session.seed, f"coins/{phase}", SEED_NAMESPACE),
                                            present=present)

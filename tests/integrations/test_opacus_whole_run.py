@@ -122,6 +122,20 @@ def test_a_script_that_never_makes_private_or_fails_is_refused():
     assert PrivacyEngine.make_private.__qualname__ == "PrivacyEngine.make_private"
 
 
+def test_dropout_is_refused_when_the_bindings_are_made():
+    from privcheck.checks.common import DropoutEnabled
+
+    def with_dropout(dataset):
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.3), torch.nn.Linear(8, 2)).double()
+        PrivacyEngine().make_private(module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+                                     data_loader=torch.utils.data.DataLoader(dataset, batch_size=4),
+                                     noise_multiplier=1.0, max_grad_norm=1.0)
+
+    with pytest.raises(DropoutEnabled, match=r"_module.1.p=0.3"):
+        whole_run_bindings(with_dropout, real_dataset(), delta=1e-5)
+    assert PrivacyEngine.make_private.__qualname__ == "PrivacyEngine.make_private"
+
+
 def test_docs_whole_run_example_passes():
     """The 'Verify the whole run' example of docs/integrations/opacus.md, run as written (≤ 20 lines): at the
     script's real q = 16/64 every whole-run check passes, with the check mode in every result."""
