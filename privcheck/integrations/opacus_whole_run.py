@@ -356,8 +356,9 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
             # the real run's σ, C and divisor (Opacus derived its own from the check universe's length)
             opt.noise_multiplier, opt.max_grad_norm = real.sigma, real.C
             opt.expected_batch_size = real.expected_batch_size
-            opt.generator = torch.Generator().manual_seed(derive_seed(session.seed, f"noise/{phase}",
-                                                                      SEED_NAMESPACE))
+            # on the parameters' device: Opacus draws the noise there with this generator
+            opt.generator = torch.Generator(device=opt.params[0].device).manual_seed(
+                derive_seed(session.seed, f"noise/{phase}", SEED_NAMESPACE))
             sampler = None
             if isinstance(loader, DPDataLoader):
                 ds = loader.dataset

@@ -122,6 +122,32 @@ def test_a_script_that_never_makes_private_or_fails_is_refused():
     assert PrivacyEngine.make_private.__qualname__ == "PrivacyEngine.make_private"
 
 
+def test_declared_public_outputs_callable_and_logger():
+    """What the script releases outside torch's view is compared once declared: a callable's value, and a logger
+    that does not propagate to the root logger (invisible unless declared)."""
+    import logging
+
+    from tests.bug_zoo.opacus_run_variants import private_training, small_net, train_epoch
+
+    quiet = logging.getLogger("privcheck.tests.quiet")
+    quiet.propagate, quiet.level = False, logging.INFO
+    state: dict = {}
+
+    def script(dataset):
+        model, optimizer, loader = private_training(dataset, small_net())
+        for epoch in range(2):
+            state["loss"] = train_epoch(model, optimizer, loader)
+            quiet.info("epoch %d loss %.4f", epoch, state["loss"])
+
+    undeclared = whole_run_bindings(script, real_dataset(), delta=1e-5)
+    r = WHOLE_RUN_CHECKS["run_public_outputs"](undeclared, cases=("add",), seeds=1)
+    assert r.status == "pass", r.message          # nothing the check sees differs: not observed, as documented
+    for public, field in ((lambda: dict(state), "public.public.loss"), ({"quiet": quiet}, "log[0]")):
+        b = whole_run_bindings(script, real_dataset(), delta=1e-5, public=public)
+        r = WHOLE_RUN_CHECKS["run_public_outputs"](b, cases=("add",), seeds=1)
+        assert r.status == "fail" and field in r.observed["leak_fields"], r.message[:400]
+
+
 def test_dropout_is_refused_when_the_bindings_are_made():
     from privcheck.checks.common import DropoutEnabled
 
