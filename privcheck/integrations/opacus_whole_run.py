@@ -184,7 +184,7 @@ def learn_real_run(train: Callable, dataset) -> RealRun:
 
     def after(engine, kwargs, out):
         model, opt, loader = _parts(out)
-        if "real" in seen:          # a second private phase: the first one's parameters are the run's
+        if "real" in seen:          # a second private phase (check mode reports it as not observable)
             return
         assert_no_dropout(model)       # DropoutEnabled: masks by batch position are not coupled between neighbours
         p = opacus_parameters(opt, loader)
@@ -350,21 +350,26 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
         def after(engine, kwargs, out):
             from opacus.data_loader import DPDataLoader
 
+            from privcheck.checks.whole_run import CannotObserve
+
             model, opt, loader = _parts(out)
             phase = state["phases"]
             state["phases"] += 1
+            if phase:
+                raise CannotObserve("a second private phase (make_private called again): its real parameters are "
+                                    "not known (the dry run stops at the first private step)")
             # the real run's σ, C and divisor (Opacus derived its own from the check universe's length)
             opt.noise_multiplier, opt.max_grad_norm = real.sigma, real.C
             opt.expected_batch_size = real.expected_batch_size
             # on the parameters' device: Opacus draws the noise there with this generator
             opt.generator = torch.Generator(device=opt.params[0].device).manual_seed(
-                derive_seed(session.seed, f"noise/{phase}", SEED_NAMESPACE))
+                derive_seed(session.seed, "noise", SEED_NAMESPACE))
             sampler = None
             if isinstance(loader, DPDataLoader):
                 ds = loader.dataset
                 present = torch.tensor(_present(ds), dtype=torch.bool)
                 sampler = _sampler_class()(num_samples=len(ds), sample_rate=q_check, steps=per_epoch,
-                                           seed=derive_seed(session.seed, f"coins/{phase}", SEED_NAMESPACE),
+                                           seed=derive_seed(session.seed, "coins", SEED_NAMESPACE),
                                            present=present)
                 object.__setattr__(loader, "batch_sampler", sampler)    # DataLoader forbids setattr after init
                 loader.sample_rate = q_check

@@ -148,6 +148,17 @@ def test_declared_public_outputs_callable_and_logger():
         assert r.status == "fail" and field in r.observed["leak_fields"], r.message[:400]
 
 
+def test_a_second_private_phase_is_reported_not_observable():
+    def two_phases(dataset):
+        step_lr(dataset)
+        return step_lr(dataset)
+
+    b = whole_run_bindings(two_phases, real_dataset(), delta=1e-5)
+    r = WHOLE_RUN_CHECKS["run_public_outputs"](b, cases=("add",), seeds=1)
+    assert r.status == "fail" and r.message.startswith("cannot observe a second private phase"), r.message
+    assert PrivacyEngine.make_private.__qualname__ == "PrivacyEngine.make_private"
+
+
 def test_dropout_is_refused_when_the_bindings_are_made():
     from privcheck.checks.common import DropoutEnabled
 
