@@ -22,7 +22,8 @@ privcheck runs it as it is and intercepts Opacus: for the duration of each run `
    by (seed, r): the record in slot i gets the same coin on both neighbours whatever else the run draws), and
    attaches the session (model = the GradSampleModule, optimizer = `original_optimizer`, private parameters =
    `DPOptimizer.params`, sampled = the dataset indices fetched since the previous private step, public outputs =
-   the DPOptimizer's noise_multiplier/max_grad_norm/expected_batch_size and the accountant's history).
+   the DPOptimizer's noise_multiplier/max_grad_norm/expected_batch_size and the accountant's history); the
+   DPDataLoader loads in this process (num_workers 0, recorded), where the fetches are observed.
 
 Seeded check-mode runs are never a privacy release. Opacus and torch are imported inside the functions.
 """
@@ -81,6 +82,7 @@ class RealRun:
     steps_per_epoch: int
     epochs: int | None
     poisson_sampling: bool
+    num_workers: int
     entry: str                  # "make_private" or "make_private_with_epsilon"
     accountant: Any             # a copy of the engine's accountant (empty history)
     dtype: Any
@@ -192,6 +194,7 @@ def learn_real_run(train: Callable, dataset) -> RealRun:
                             expected_batch_size=p["expected_batch_size"], loss_reduction=p["loss_reduction"],
                             n=len(loader.dataset), steps_per_epoch=len(loader),
                             poisson_sampling=bool(kwargs.get("poisson_sampling", True)),
+                            num_workers=int(getattr(loader, "num_workers", 0) or 0),
                             entry=seen.get("entry", "make_private"), epochs=seen.get("epochs"),
                             accountant=copy.deepcopy(engine.accountant), dtype=opt.params[0].dtype)
 
@@ -235,16 +238,14 @@ def _sampler_class():
 
         def __init__(self, *, num_samples, sample_rate, steps, seed, present):
             super().__init__(num_samples=num_samples, sample_rate=sample_rate, steps=steps)
-            self.seed, self.present, self.round, self.taken = seed, present, 0, []
+            self.seed, self.present, self.round = seed, present, 0
 
         def __iter__(self):
             for _ in range(self.steps):
                 g = torch.Generator().manual_seed(derive_seed(self.seed, f"coins/{self.round}", SEED_NAMESPACE))
                 self.round += 1
                 mask = (torch.rand(self.num_samples, generator=g) < self.sample_rate) & self.present
-                idx = mask.nonzero().reshape(-1).tolist()
-                self.taken.extend(idx)
-                yield idx
+                yield mask.nonzero().reshape(-1).tolist()
 
     return CoupledPoissonSampler
 
@@ -364,7 +365,6 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
             # on the parameters' device: Opacus draws the noise there with this generator
             opt.generator = torch.Generator(device=opt.params[0].device).manual_seed(
                 derive_seed(session.seed, "noise", SEED_NAMESPACE))
-            sampler = None
             if isinstance(loader, DPDataLoader):
                 ds = loader.dataset
                 present = torch.tensor(_present(ds), dtype=torch.bool)
@@ -373,15 +373,14 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
                                            present=present)
                 object.__setattr__(loader, "batch_sampler", sampler)    # DataLoader forbids setattr after init
                 loader.sample_rate = q_check
+                loader.num_workers = 0     # fetches in this process, where they are observed (check_mode)
             opt.step_hook = None
             opt.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=q_check))
             names = {id(p): k for k, p in model.named_parameters()}
-            workers = getattr(loader, "num_workers", 0) > 0 and sampler is not None
             data.fetched.clear()
 
-            def sampled():
-                # in-process fetches are what the step used; with worker processes, the sampler's indices
-                return list(sampler.taken if workers else data.fetched)
+            def sampled():         # the indices fetched since the previous private step: what the step used
+                return list(data.fetched)
 
             def public_outputs():
                 out_ = {k: getattr(opt, k, None) for k in ("noise_multiplier", "max_grad_norm",
@@ -396,8 +395,6 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
 
             def next_step(_optimizer, _args, _kwargs):     # registered after the session's hook: runs after it
                 data.fetched.clear()
-                if sampler is not None:
-                    sampler.taken.clear()
 
             opt.original_optimizer.register_step_pre_hook(next_step)
 
@@ -425,6 +422,8 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
     if real.entry == "make_private_with_epsilon":
         check_mode["noise_multiplier"] = {"real": f"{real.sigma} (calibrated by make_private_with_epsilon)",
                                           "checked": f"{real.sigma} (the real one, not calibrated anew)"}
+    if real.num_workers:
+        check_mode["num_workers"] = {"real": real.num_workers, "checked": 0}
     if not real.poisson_sampling:
         check_mode["poisson_sampling"] = {"real": False, "checked": False}
     planned = steps if steps is not None else (real.epochs * real.steps_per_epoch if real.epochs else None)

@@ -148,6 +148,25 @@ def test_declared_public_outputs_callable_and_logger():
         assert r.status == "fail" and field in r.observed["leak_fields"], r.message[:400]
 
 
+def test_worker_processes_load_in_process_in_check_mode():
+    """A DataLoader with num_workers = 1: the check-mode DPDataLoader fetches in this process (recorded), so the
+    sampled indices are the fetched ones and the sampling tests hold."""
+    from tests.bug_zoo.opacus_run_variants import small_net, train_epoch
+
+    def script(dataset):
+        net = small_net()
+        model, optimizer, loader = PrivacyEngine().make_private(
+            module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1), noise_multiplier=1.0, max_grad_norm=1.0,
+            data_loader=torch.utils.data.DataLoader(dataset, batch_size=4, num_workers=1))
+        for _ in range(2):
+            train_epoch(model, optimizer, loader)
+
+    b = whole_run_bindings(script, real_dataset(), delta=1e-5, sampling_runs=10)
+    assert b.whole_run.check_mode["num_workers"] == {"real": 1, "checked": 0}
+    r = WHOLE_RUN_CHECKS["run_poisson_sampling"](b)
+    assert r.status == "pass" and r.observed["rounds"] == 10 * 2 * 2, r.message
+
+
 def test_a_second_private_phase_is_reported_not_observable():
     def two_phases(dataset):
         step_lr(dataset)
