@@ -674,6 +674,9 @@ def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckR
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise InvalidParameter("runs", runs, "an integer >= 2")
     inputs = {"runs": runs, "alpha": ALPHA}
+    wr0 = getattr(b, "whole_run", None)
+    if isinstance(wr0, WholeRunBindings) and wr0.check_mode:     # recorded in every result, as in _options
+        inputs["check_mode"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in wr0.check_mode.items()}
 
     def fn():
         import torch

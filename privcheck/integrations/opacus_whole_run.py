@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from privcheck import validation as v
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.randomness import derive_seed
+from privcheck.rng_state import preserved_rng
 
 __all__ = ["ABSENT", "CHECK_RECORDS", "CHECK_SAMPLING_RATE", "CheckDataset", "RealRun", "learn_real_run",
            "whole_run_bindings"]
@@ -154,26 +155,14 @@ def _parts(out):
 @contextlib.contextmanager
 def _elsewhere():
     """The dry run: in a scratch directory, its standard output discarded, the global RNG state restored."""
-    import random
-
-    import numpy as np
-    import torch
-
-    rng = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
-           torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
     cwd, scratch = os.getcwd(), tempfile.mkdtemp(prefix="privcheck-dry-run-")
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with preserved_rng(), contextlib.redirect_stdout(io.StringIO()):
             os.chdir(scratch)
             yield
     finally:
         os.chdir(cwd)
         shutil.rmtree(scratch, ignore_errors=True)
-        torch.set_rng_state(rng[0])
-        np.random.set_state(rng[1])
-        random.setstate(rng[2])
-        if rng[3] is not None:
-            torch.cuda.set_rng_state_all(rng[3])
 
 
 def learn_real_run(train: Callable, dataset) -> RealRun:
@@ -278,7 +267,7 @@ def _declared(public) -> dict:
 
 
 def _resetter(declared: Mapping) -> Callable[[], None]:
-    """Put every declared dict or list back to its content at bind time (each run starts from it)."""
+    """Put every declared dict or list back to its content now (after the dry run)."""
     saved = [(obj, copy.deepcopy(obj)) for obj in declared.values() if isinstance(obj, (dict, list))]
 
     def reset():
@@ -304,8 +293,8 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
     `dataset`: the REAL training dataset (map-style: len and indexing). `delta`: the δ of the user's claim.
     `records`: the check universe's real records, the last one the addition x (default: the first
     CHECK_RECORDS + 1 of `dataset`; at least 3). `public`: extra public outputs ({name: dict, list, callable or
-    logging.Logger}, or one callable); declared dicts and lists are reset to their content at bind time before
-    every run. `seeds`: runs per neighbouring pair (default 2); `sampling_runs`: runs of run_poisson_sampling
+    logging.Logger}, or one callable); declared dicts and lists are put back after the dry run and after
+    every check run. `seeds`: runs per neighbouring pair (default 2); `sampling_runs`: runs of run_poisson_sampling
     (default 40). `sampling_rate`: the check-mode q (default max(q, CHECK_SAMPLING_RATE)); `steps_per_epoch`: of
     the check-mode DPDataLoader (default int(1/check q), Opacus's own rule). `steps`: the planned T for the
     accountant fields (default epochs × steps per epoch when make_private_with_epsilon names the epochs)."""
@@ -335,29 +324,28 @@ def whole_run_bindings(train: Callable, dataset, *, delta: float, records: Seque
         raise InvalidParameter("records", type(records).__name__, "None or a sequence of at least 3 records")
     records = list(records)
 
-    real = learn_real_run(train, dataset)
+    reset = _resetter(declared)
+    try:
+        real = learn_real_run(train, dataset)
+    finally:
+        reset()                 # what the dry run put in declared dicts and lists is not kept
     q_check = sampling_rate if sampling_rate is not None else max(real.q, CHECK_SAMPLING_RATE)
     per_epoch = steps_per_epoch if steps_per_epoch is not None else max(1, int(1 / q_check))
     base, addition = records[:-1], records[-1]
     placeholder = _placeholder(base[0])
-    reset = _resetter(declared)
-    reset()
 
-    def run(slots, session):
-        reset()
+    def run(slots, session):        # declared dicts and lists: the engine restores them after every run
         data = CheckDataset(slots, placeholder)
         state = {"phases": 0}
 
         def after(engine, kwargs, out):
             from opacus.data_loader import DPDataLoader
 
-            from privcheck.checks.whole_run import CannotObserve
-
             model, opt, loader = _parts(out)
             phase = state["phases"]
             state["phases"] += 1
             if phase:
-                raise CannotObserve("a second private phase (make_private called again): its real parameters are "
+                raise CannotObserve("a second private phase (make_private called again)", "its real parameters are "
                                     "not known (the dry run stops at the first private step)")
             # the real run's σ, C and divisor (Opacus derived its own from the check universe's length)
             opt.noise_multiplier, opt.max_grad_norm = real.sigma, real.C
