@@ -88,6 +88,8 @@ ELSEWHERE = {
         "tests/integrations/test_opacus.py::test_docs_example_passes_the_checks_and_leaves_the_run_unchanged",
     ("docs/integrations/opacus.md", "GradientCanaries(optimizer"):
         "tests/integrations/test_opacus.py::test_docs_canary_audit_runs_on_the_opacus_model",
+    ("docs/integrations/opacus.md", "bindings = whole_run_bindings(train, dataset"):
+        "tests/integrations/test_opacus_whole_run.py::test_docs_whole_run_example_passes",
     ("docs/integrations/trl.md", "args = DPGRPOTrainerConfig("):
         "tests/integrations/test_trl.py::test_example_trains_and_passes_the_fast_checks",
     ("docs/integrations/trl.md", "audit_scores_file(\"scores.csv\""):

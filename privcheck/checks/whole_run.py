@@ -591,6 +591,8 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
     wr0 = getattr(b, "whole_run", None)
     n_runs = runs if runs is not None else (wr0.sampling_runs if isinstance(wr0, WholeRunBindings) else 2)
     inputs = {"runs": n_runs, "alpha": ALPHA}
+    if isinstance(wr0, WholeRunBindings) and wr0.check_mode:     # recorded in every result, as in _options
+        inputs["check_mode"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in wr0.check_mode.items()}
 
     def fn():
         import numpy as np
@@ -673,6 +675,9 @@ def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckR
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
         raise InvalidParameter("runs", runs, "an integer >= 2")
     inputs = {"runs": runs, "alpha": ALPHA}
+    wr0 = getattr(b, "whole_run", None)
+    if isinstance(wr0, WholeRunBindings) and wr0.check_mode:     # recorded in every result, as in _options
+        inputs["check_mode"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in wr0.check_mode.items()}
 
     def fn():
         import torch

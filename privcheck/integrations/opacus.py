@@ -34,10 +34,11 @@ from privcheck.integrations.opacus_run import (
     forever,
     opacus_parameters,
 )
+from privcheck.integrations.opacus_whole_run import whole_run_bindings
 from privcheck.rng_state import preserved_rng
 
 __all__ = ["GradientCanaries", "GradientRecord", "OpacusRun", "bindings_for", "canary_ids", "opacus_parameters",
-           "private_dimension"]
+           "private_dimension", "whole_run_bindings"]
 
 SEED_NAMESPACE = "privcheck.integrations.opacus"
 CHECK_SAMPLING_RATE = 0.5   # the least q of whole-step builds (public; the divisor stays Opacus's)
