@@ -50,6 +50,7 @@ from privcheck.checks.observation import compare_public, flat_grads, grad_dtype,
 from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES
 from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.randomness import derive_seed
+from privcheck.rng_state import preserved_rng
 
 __all__ = ["RUN_CASES", "WHOLE_RUN_CHECKS", "RunSession", "WholeRunBindings",
            "check_run_noise", "check_run_poisson_sampling", "check_run_public_outputs", "check_run_sensitivity",
@@ -93,6 +94,7 @@ class RunSession:
         self._loggers: dict[str, Any] = {}
         self._log: list[str] = []
         self._stdout: io.StringIO | None = None
+        self._stderr: io.StringIO | None = None
         self.steps: list[dict] = []       # per private step: ĝ (before replay), sampled, public snapshot
         self.pending_hats: list = []
         self._replaced_by_hook = False
@@ -106,6 +108,11 @@ class RunSession:
         pre-hook, or what `install_update_hook(hook)` passes to hook(ĝ) where the trainer forms ĝ. `sampled()`:
         the dataset indices of the current step's batch (private, used for coverage and sampling tests);
         `public_outputs()`: anything else the trainer releases."""
+        dropout = [k for k, m in model.named_modules() if getattr(m, "p", 0) and "Dropout" in type(m).__name__
+                   and m.training]
+        if dropout:     # its masks depend on the batch, so neighbouring runs cannot be coupled
+            raise CannotObserve("the coupling of neighbouring runs", f"dropout with p > 0 is active in {dropout[:3]}; "
+                                "run the check mode with dropout 0 (or in eval mode)")
         named = dict(model.named_parameters())
         names = list(private_parameters)
         missing = [k for k in names if k not in named]
@@ -161,7 +168,7 @@ class RunSession:
 
         class _Capture(logging.Handler):
             def emit(self, record):
-                session._log.append(f"{name}:{record.levelname}:{record.getMessage()}")
+                session._log.append(f"{record.name}:{record.levelname}:{record.getMessage()}")
 
         handler = _Capture(level=logging.NOTSET)
         logger.addHandler(handler)
@@ -194,12 +201,13 @@ class RunSession:
         for i, line in enumerate(self._log):
             out[f"log[{i}]"] = line
         self._log = []
-        if self._stdout is not None:
-            text = self._stdout.getvalue()
-            self._stdout.seek(0)
-            self._stdout.truncate()
-            for i, line in enumerate(text.splitlines()):
-                out[f"stdout[{i}]"] = line
+        for stream, buffer in (("stdout", self._stdout), ("stderr", self._stderr)):
+            if buffer is not None:
+                text = buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+                for i, line in enumerate(text.splitlines()):
+                    out[f"{stream}[{i}]"] = line
         return out
 
     def close(self) -> None:
@@ -273,23 +281,6 @@ def seed_everything(seed: int) -> None:
     random.seed(derive_seed(seed, "random", SEED_NAMESPACE))
 
 
-@contextlib.contextmanager
-def _isolated_rng():
-    import numpy as np
-    import torch
-
-    state = (torch.get_rng_state(), np.random.get_state(), random.getstate(),
-             torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
-    try:
-        yield
-    finally:
-        torch.set_rng_state(state[0])
-        np.random.set_state(state[1])
-        random.setstate(state[2])
-        if state[3] is not None:
-            torch.cuda.set_rng_state_all(state[3])
-
-
 def _files(root: str) -> dict:
     """{relative path: sha256} of every regular file below `root` (symlinks are reported, never followed)."""
     out = {}
@@ -325,15 +316,18 @@ def _execute(wr: WholeRunBindings, dataset, seed: int, replay: list | None = Non
     # a declared dict or list outlives the run (a module-level metrics dict): every run starts from its state now
     kept = {name: copy.deepcopy(obj) for name, obj in (wr.public or {}).items() if isinstance(obj, (dict, list))}
     cwd = os.getcwd()
-    session._stdout = io.StringIO()
+    session._stdout, session._stderr = io.StringIO(), io.StringIO()
     error = None
+    import numpy  # noqa: F401 - imported before the states are saved, so that they are restored
+    import torch  # noqa: F401
     try:
-        with _isolated_rng(), contextlib.redirect_stdout(session._stdout):
+        with preserved_rng(), contextlib.redirect_stdout(session._stdout), \
+                contextlib.redirect_stderr(session._stderr):
             os.chdir(workdir)
             seed_everything(seed)
             try:
                 ret = wr.run(list(dataset), session)
-            except (InvalidParameter, CannotObserve):
+            except CannotObserve:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's run raised: reported, never a pass
                 error, ret = f"{type(exc).__name__}: {exc}", None

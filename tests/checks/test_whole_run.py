@@ -69,6 +69,7 @@ def test_batch_scaled_noise_is_caught():
 @pytest.mark.parametrize("defect, field", [
     ({"prints": "loss"}, "stdout[0]"),
     ({"prints": "log"}, "log[0]"),
+    ({"prints": "stderr"}, "stderr[0]"),
     ({"checkpoint": "loss"}, "files.ckpt-"),
     ({"stop_below": 0.9}, "steps_taken"),
 ])
@@ -106,6 +107,18 @@ def test_a_run_that_never_attaches_cannot_be_observed():
         r = check(suite(script(attach=False)))
         assert r.status == "fail" and r.message.startswith("cannot observe"), r.message
         assert "session.attach" in r.message
+
+
+def test_active_dropout_cannot_be_coupled():
+    r = check_run_sensitivity(suite(script(dropout=0.5)))
+    assert r.status == "fail" and r.message.startswith("cannot observe the coupling of neighbouring runs")
+    assert "dropout" in r.message
+
+
+def test_log_records_keep_their_logger_name():
+    r = check_run_public_outputs(suite(script(prints="log")))
+    first = r.observed["leaks"][next(f for f in r.observed["leak_fields"] if "log[" in f)]["first"]["difference"]
+    assert "privcheck.tests.whole_run_scripts:WARNING:step" in first
 
 
 def test_a_raising_run_is_reported_with_the_error():

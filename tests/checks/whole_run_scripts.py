@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 
 import torch
@@ -30,7 +31,7 @@ def records(seed: int = 0):
 
 
 def script(*, noise_scale="public", prints=None, checkpoint=None, stop_below=None, attach=True, unseeded=False,
-           metrics=None, clip=C):
+           metrics=None, clip=C, dropout=0.0):
     """A user's whole script. Defects: `noise_scale="batch"` (σ·max per-sample norm instead of σ·C), `prints`
     ("loss": the private loss, "time": the wall clock, "lr": a public value), `checkpoint` ("model" or "loss"),
     `stop_below` (stop when the private loss drops below it), `attach=False` (no session.attach), `unseeded`
@@ -38,11 +39,13 @@ def script(*, noise_scale="public", prints=None, checkpoint=None, stop_below=Non
 
     def run(dataset, session):
         model = torch.nn.Linear(3, 1).double()
+        if dropout:
+            model = torch.nn.Sequential(torch.nn.Dropout(dropout), model)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
         batch = []
         if attach:
-            session.attach(model=model, optimizer=opt, private_parameters=["weight", "bias"],
+            session.attach(model=model, optimizer=opt, private_parameters=[k for k, _ in model.named_parameters()],
                            sampled=lambda: list(batch))
         noise = torch.Generator().manual_seed(10_000 + session.seed)
         if unseeded:
@@ -74,6 +77,8 @@ def script(*, noise_scale="public", prints=None, checkpoint=None, stop_below=Non
                 print(f"step {t} at {time.time():.6f}")
             elif prints == "lr":
                 print(f"step {t}: lr {sched.get_last_lr()[0]}")
+            elif prints == "stderr":
+                print(f"step {t}: loss {private_loss:.4f}", file=sys.stderr)
             elif prints == "log":
                 log.warning("step %d: %d records", t, len(batch))
             if metrics is not None:

@@ -207,4 +207,5 @@ def test_docs_whole_run_example_passes():
     assert not bad
     for r in results.values():
         assert r.inputs["check_mode"]["sampling_rate"] == {"real": 0.25, "checked": 0.5}
-    assert results["run_public_outputs"].observed["runs"] == 20      # (add, 8 removals, empty) × 2 seeds
+    # (add first, in the middle and last, 8 removals, empty) × 2 seeds
+    assert results["run_public_outputs"].observed["runs"] == 24
