@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.neighbours import coverage
 from privcheck.checks.neighbours import pairs as neighbour_pairs
 from privcheck.checks.observation import compare_public, flat_grads, grad_dtype, norm, public_leaves, write_grads
 from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES
@@ -420,6 +421,13 @@ def _replayed_pairs(b, cases, seeds):
     return out
 
 
+def _coverage(b, cases, seeds) -> dict:
+    """What the replayed pairs covered: positions of the differing record, its kinds, dataset sizes."""
+    wr = _bindings(b)
+    pair_list = list(dict.fromkeys(pair for pair, *_ in _replayed_pairs(b, cases, seeds)))
+    return coverage(pair_list, removal=wr.removal, absent=wr.absent)
+
+
 def _precision(b, precision) -> str:
     p = precision if precision is not None else (getattr(b, "precision", None) or "float64")
     if p not in WHOLE_STEP_TOLERANCES:
@@ -502,7 +510,7 @@ def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[st
             failures.append("cannot observe " + ", ".join(sorted(unobservable)[:4]) + ": ĝ differs between two "
                             "runs on the same dataset and seed (the run is not reproducible in check mode)")
         observed = {"max_ratio": worst, "worst": worst_at, "pairs": per_pair, "batch_sizes_seen": sorted(sizes),
-                    "failures": failures[:20]}
+                    "neighbours": _coverage(b, cases, n_seeds), "failures": failures[:20]}
         return {"passed": not failures, "observed": observed, "expected": {"max_ratio": 1.0},
                 "tolerance": {"record_rel": tol["record_rel"], "hat_multiple": tol["hat_multiple"]},
                 "message": "; ".join(failures[:6]) if failures else
@@ -558,6 +566,7 @@ def check_run_public_outputs(b, precision: str | None = None, *, cases: Sequence
             failures.append("leak: " + ", ".join(f"{k} ({v['first']['difference']}; {v['runs']}/{runs} runs)"
                                                  for k, v in list(leaks.items())[:8]))
         observed = {"leaks": leaks, "leak_fields": sorted(leaks), "fields_compared": n_fields, "runs": runs,
+                    "neighbours": _coverage(b, cases, n_seeds),
                     "unobservable": sorted(unobservable), "g_hat_replayed_through": sorted(through)}
         note = (f"; not observable (differ between two runs on the same data and seed): "
                 f"{', '.join(sorted(unobservable)[:5])}" if unobservable else "")

@@ -43,6 +43,10 @@ def test_correct_script_passes_every_whole_run_check():
         assert r.status == "pass", (name, r.message)
     s = results["run_sensitivity"]
     assert 0 < s.observed["max_ratio"] <= 1 + 1e-12
+    # x added first, in the middle and last (3 pairs), each of the 4 records removed (slots 0, 1, 2, 3 of 5: first,
+    # middle, middle, last), and the empty dataset against x alone
+    assert s.observed["neighbours"]["positions"] == {"first": 2, "middle": 3, "last": 2, "alone": 1}
+    assert s.observed["neighbours"]["kinds"] == {"addition": 4, "record": 4}
     p = results["run_public_outputs"]
     assert p.observed["unobservable"] == [] and p.observed["fields_compared"] > 100
     assert results["run_poisson_sampling"].observed["rounds"] == 60 * 4
