@@ -497,7 +497,13 @@ def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[st
                 stats["max_ratio"] = max(stats["max_ratio"], ratio)
                 if ratio > worst:
                     worst, worst_at = ratio, f"{pair.label} seed {s} step {k}"
-                if ratio > 1 + allowance:
+                # the differing record not in D''s batch: same θ, coins, rollouts and noise, so ĝ is the same; a
+                # difference is state carried from that record into other records or steps (e.g. a reward function)
+                unsampled = sz["sampled"] is not None and pair.index not in sz["sampled"]
+                if unsampled and ratio > allowance:
+                    failures.append(f"{pair.label} seed {s} step {k}: ‖Δĝ‖·divisor/C = {ratio:.6g} although the "
+                                    "differing record was not sampled (state carried across records or steps)")
+                elif ratio > 1 + allowance:
                     failures.append(f"{pair.label} seed {s} step {k}: ‖Δĝ‖·divisor/C = {ratio:.6g} "
                                     f"(bound 1 + {allowance:.3g})")
         for label, st in per_pair.items():
@@ -587,6 +593,8 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
     wr0 = getattr(b, "whole_run", None)
     n_runs = runs if runs is not None else (wr0.sampling_runs if isinstance(wr0, WholeRunBindings) else 2)
     inputs = {"runs": n_runs, "alpha": ALPHA}
+    if isinstance(wr0, WholeRunBindings) and wr0.check_mode:     # recorded in every result (WholeRunBindings)
+        inputs["check_mode"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in wr0.check_mode.items()}
 
     def fn():
         import numpy as np

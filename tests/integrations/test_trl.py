@@ -37,7 +37,8 @@ FAST_CHECKS = ("clip_contract", "poisson_sampling", "record_isolation", "noise_c
 
 
 BOUND_CHECKS = FAST_CHECKS + ("step_sensitivity", "step_public_outputs", "step_poisson_sampling",
-                              "sensitivity_add_remove", "public_normalisation", "loss_reference")
+                              "sensitivity_add_remove", "public_normalisation", "loss_reference",
+                              "run_sensitivity", "run_public_outputs", "run_poisson_sampling")
 # the checks that do not apply to the docs example's DPGRPOTrainer (β = 0, no chunking, no σ = 0 / C = ∞ step):
 # skipped with the reason (docs/integrations/trl.md, "Binding contract")
 NOT_APPLICABLE = ("constant_reward_groups", "chunk_identity", "nonprivate_equivalence")
@@ -52,7 +53,7 @@ def _example() -> str:
 
 
 def _audit_block() -> str:
-    return _python_blocks(DOC.read_text())[1]
+    return next(b for b in _python_blocks(DOC.read_text()) if "audit_scores_file" in b)
 
 
 def _count(block: str) -> int:
