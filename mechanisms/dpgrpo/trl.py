@@ -540,7 +540,11 @@ class DPGRPOTrainer(GRPOTrainer):
         applied = bool(torch.isfinite(g_hat).all())
         if applied:                       # a non-finite ĝ skips the step (fixed rule, public)
             core.unflatten_into(g_hat, self.space)
+            if self.is_in_train:
+                self.control = self.callback_handler.on_pre_optimizer_step(self.args, self.state, self.control)
             self.optimizer.step()
+            if self.is_in_train:
+                self.control = self.callback_handler.on_optimizer_step(self.args, self.state, self.control)
         self.lr_scheduler.step()
         self.space.zero_grad()
         self.t += 1
@@ -563,7 +567,8 @@ class DPGRPOTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """Run the remaining accounted steps (`dp_steps` in all) as TRL's loop runs its steps: the callbacks'
-        on_train_begin, on_step_begin/on_step_end, on_log, on_evaluate, on_save and on_train_end, with their
+        on_train_begin, on_epoch_begin/end (one epoch), on_step_begin, on_pre_optimizer_step/on_optimizer_step,
+        on_step_end, on_log, on_evaluate, on_save and on_train_end, with their
         `TrainerControl` honoured (should_log: `log()` of the step's public telemetry; should_evaluate:
         `evaluate_public()`; should_save: TRL's checkpoint; should_training_stop: stop). Returns the public
         telemetry of this call."""
@@ -579,25 +584,38 @@ class DPGRPOTrainer(GRPOTrainer):
         handler = self.callback_handler
         handler.model, handler.optimizer, handler.lr_scheduler = self.model, self.optimizer, self.lr_scheduler
         self.is_in_train = True
-        self.control = handler.on_train_begin(self.args, self.state, self.control)
-        while self.t < last and not self.control.should_training_stop:
-            self.control = handler.on_step_begin(self.args, self.state, self.control)
-            entry = self.step()
-            self.control = handler.on_step_end(self.args, self.state, self.control)
-            if self.control.should_log:
-                self.log(dict(entry))
-            if self.control.should_evaluate:
-                metrics = {"eval_public_accuracy": self._evaluate_point()}
-                self.log(dict(metrics))
-                self.control = handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
-            if self.control.should_save:
-                self._save_checkpoint(self.model, None)
-                self.control = handler.on_save(self.args, self.state, self.control)
-        if self.eval_dataset is not None and self.evaluation_curve[-1]["t"] != self.t:
-            self._evaluate_point()
-        self.control = handler.on_train_end(self.args, self.state, self.control)
-        self.is_in_train = False
+        try:
+            self.control = handler.on_train_begin(self.args, self.state, self.control)
+            self.control = handler.on_epoch_begin(self.args, self.state, self.control)   # the run is one "epoch"
+            entry = self.public_telemetry[-1] if self.public_telemetry else None
+            while self.t < last and not self.control.should_training_stop:
+                self.control = handler.on_step_begin(self.args, self.state, self.control)
+                entry = self.step()
+                self.control = handler.on_step_end(self.args, self.state, self.control)
+                self._log_evaluate_save(entry)
+            self.control = handler.on_epoch_end(self.args, self.state, self.control)
+            self._log_evaluate_save(entry)
+            if self.eval_dataset is not None and self.evaluation_curve[-1]["t"] != self.t:
+                self._evaluate_point()
+            self.control = handler.on_train_end(self.args, self.state, self.control)
+        finally:
+            self.is_in_train = False
         return self.public_telemetry[start:]
+
+    def _log_evaluate_save(self, entry) -> None:
+        """What TRL's `_maybe_log_save_evaluate` does on the control's flags, with this trainer's public values."""
+        handler = self.callback_handler
+        if self.control.should_log and entry is not None and (not self.state.log_history or
+                                                              self.state.log_history[-1].get("t") != entry["t"]):
+            self.log(dict(entry))
+        self.control.should_log = False
+        if self.control.should_evaluate:
+            metrics = {"eval_public_accuracy": self._evaluate_point()}
+            self.log(dict(metrics))
+            self.control = handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
+        if self.control.should_save:
+            self._save_checkpoint(self.model, None)
+            self.control = handler.on_save(self.args, self.state, self.control)
 
     def _evaluate_point(self) -> float:
         if self.evaluation_curve and self.evaluation_curve[-1]["t"] == self.t:

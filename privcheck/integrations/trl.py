@@ -235,9 +235,9 @@ def check_mode_for(trainer, *, rows: int = CHECK_RECORDS, q: float | None = None
                    steps: int | None = None) -> CheckMode:
     """Derive the check mode of a DP GRPO trainer from its real settings: q_check = max(q, CHECK_Q) (public: the
     coverage cases of the checks need records sampled together), seeded randomness per check run, `steps`
-    (default min(dp_steps, CHECK_STEPS)) steps per whole run, `rows` records of train_dataset plus one addition,
-    logging every step and a checkpoint / evaluation within those steps when the run saves / evaluates by steps,
-    no external reporting. Every difference is recorded in `CheckMode.record`."""
+    (default min(dp_steps, CHECK_STEPS)) steps per whole run, `rows` records plus one addition; when the run logs,
+    saves or evaluates by steps: every step logged, a checkpoint and an evaluation within those steps; no
+    external reporting or hub pushes. Every difference is recorded in `CheckMode.record`."""
     cfg, args = trainer.dp_config, trainer.args
     q_real = float(args.dp_sampling_rate)           # the declared q (the plan's m/n may round it down)
     q_check = max(q_real, CHECK_Q) if q is None else q
@@ -253,12 +253,12 @@ def check_mode_for(trainer, *, rows: int = CHECK_RECORDS, q: float | None = None
     record["dp_seed"] = {"real": "os_entropy" if cfg.randomness == "os_entropy" else cfg.randomness,
                          "checked": "the check's seed of each run (seeded check mode, never a release)"}
     record["train_dataset"] = {"real": f"the whole train_dataset (public n = {cfg.n})",
-                               "checked": f"{rows} of its rows and one added row"}
+                               "checked": f"the bindings' {rows} records and one added row"}
     if k < cfg.T:
         record["steps_run"] = {"real": cfg.T, "checked": k}
-    if _interval(args, "logging") != ("steps", 1):
-        settings.update(logging_strategy="steps", logging_steps=1)
-        record["logging_steps"] = {"real": list(_interval(args, "logging")), "checked": ["steps", 1]}
+    if _interval(args, "logging")[0] == "steps" and _interval(args, "logging")[1] != 1:
+        settings["logging_steps"] = 1      # every entry the real run would log, logged and compared at once
+        record["logging_steps"] = {"real": _interval(args, "logging")[1], "checked": 1}
     for kind in ("save", "eval"):
         strategy, every = _interval(args, kind)
         if strategy == "steps" and every is not None and (every >= 1 and every > k or every < 1 and

@@ -157,13 +157,12 @@ def test_check_mode_is_derived_from_the_real_trainer(tmp_path):
     trainer = _trainer(tmp_path, dp_sampling_rate=0.05, dp_steps=100, dp_seed=None, save_steps=40)
     mode = check_mode_for(trainer)
     assert mode.q == 0.5 and mode.run_steps == 3 and mode.divisor == 3.0          # q·n = 0.5·6
-    assert mode.settings == {"dp_sampling_rate": 0.5, "logging_strategy": "steps", "logging_steps": 1,
-                             "save_steps": 3}
+    assert mode.settings == {"dp_sampling_rate": 0.5, "logging_steps": 1, "save_steps": 3}
     assert mode.record["dp_sampling_rate"] == {"real": 0.05, "checked": 0.5}
     assert mode.record["dp_seed"]["real"] == "os_entropy"
     assert mode.record["steps_run"] == {"real": 100, "checked": 3}
     assert mode.record["save_steps"] == {"real": 40, "checked": 3}
-    assert mode.record["logging_steps"] == {"real": ["steps", 10], "checked": ["steps", 1]}
+    assert mode.record["logging_steps"] == {"real": 10, "checked": 1}
     b = trainer.privcheck_bindings(seeds=2)
     assert b.q == trainer.dp_config.q < 0.05 + 1e-12   # the accountant's q stays the real one (the plan's m/n)
     assert b.whole_run.sampling_rate == b.whole_step.sampling_rate == 0.5
