@@ -251,7 +251,8 @@ def _public_args(args) -> dict:
 @contextlib.contextmanager
 def _forked_rng(seed: int, device):
     """The framework RNG (CPU, and the trainer's CUDA device) forked and seeded with `seed`; restored on exit."""
-    devices = [device] if device.type == "cuda" else []
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield

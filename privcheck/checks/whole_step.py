@@ -214,8 +214,8 @@ def _declared(b, inputs: dict) -> dict:
 def _at_q(ws) -> str:
     """The inconclusive messages' hint: the q the trials ran at and what to do about a small one."""
     q = float(ws.sampling_rate)
-    hint = "" if q >= 0.3 else "; bind a check-mode q of 0.3 or more (the TRL and Opacus bindings derive one " \
-                               "from the real trainer and record it in check_mode)"
+    hint = "" if q >= 0.3 else "; bind a check-mode q of 0.3 or more (the TRL bindings derive one from the " \
+                               "real trainer and record it in check_mode)"
     return f" at q = {q:g}{hint}"
 
 

@@ -55,6 +55,8 @@ ZOO = [
     ("logs_private_reward_mean", "LogsRewardMean", None, (), "run_public_outputs", ONE_PAIR, ".reward"),
     ("lr_halved_on_logged_reward", "LogsRewardMean", None, ("HalveLROnRewardDrop",), "run_public_outputs",
      ONE_PAIR, "optimizer.param_groups[0].lr"),
+    ("lr_halved_on_private_plateau", None, None, ("HalveLROnPrivatePlateau",), "run_public_outputs", ONE_PAIR,
+     "optimizer.param_groups[0].lr"),
     ("stop_on_private_count", None, None, ("StopAfterExamples",), "run_public_outputs", ONE_PAIR, "steps_taken"),
     ("logs_private_metric", None, None, ("LogsBatchSize",), "run_public_outputs", ONE_PAIR, "log["),
     ("checkpoint_private_data", None, None, ("PrivateCheckpoint",), "run_public_outputs", ONE_PAIR,

@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 from mechanisms.dpgrpo.trl import DPGRPOTrainer
 from tests.integrations.trl_tiny import digit_reward
 
-__all__ = ["HalveLROnRewardDrop", "LogsRewardMean", "LogsBatchSize", "PrintsRewardMean", "PrivateCheckpoint",
+__all__ = ["HalveLROnPrivatePlateau", "HalveLROnRewardDrop", "LogsRewardMean", "LogsBatchSize", "PrintsRewardMean", "PrivateCheckpoint",
            "PublicLogPrinter", "RunningNormaliser", "StopAfterExamples"]
 
 log = logging.getLogger("privcheck.tests.trl_run_variants")
@@ -51,6 +51,21 @@ class HalveLROnRewardDrop(TrainerCallback):
             for group in optimizer.param_groups:
                 group["lr"] *= 0.5
         self.last = reward
+
+
+class HalveLROnPrivatePlateau(TrainerCallback):
+    """Reduce-on-plateau on the private reward: halves the learning rate when the step's mean reward (read from
+    the trainer it was given) fell."""
+
+    def __init__(self, trainer):
+        self.trainer, self.last = trainer, None
+
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        mean = _reward_mean(self.trainer)
+        if mean is not None and self.last is not None and mean < self.last:
+            for group in optimizer.param_groups:
+                group["lr"] *= 0.5
+        self.last = mean if mean is not None else self.last
 
 
 class StopAfterExamples(TrainerCallback):
