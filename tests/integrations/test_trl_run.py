@@ -123,6 +123,26 @@ def test_train_calls_the_callbacks_and_honours_control(tmp_path):
     assert (out / "checkpoint-2" / "adapter_model.safetensors").exists()
 
 
+def test_logs_hold_the_public_telemetry_only(tmp_path):
+    """What DPGRPOTrainer logs: the step's public telemetry (and TRL's epoch and step); TRL's reward metrics are
+    never filled and what a reward function passes to `log_metric` is discarded."""
+    from mechanisms.dpgrpo.trl import DPGRPOTrainer
+
+    def metric_reward(prompts, completions, log_metric=None, **kw):
+        log_metric("private_mean", 0.123)
+        return digit_reward(prompts, completions, **kw)
+
+    trainer = DPGRPOTrainer(tiny_model(), [digit_reward, metric_reward], args=_args(tmp_path, logging_steps=1),
+                            train_dataset=addition_dataset(), processing_class=tiny_tokenizer(), peft_config=_lora())
+    trainer.train()
+    public = {"t", "lr", "update_norm", "param_delta_norm", "skipped_nonfinite_update", "epoch", "step"}
+    assert [set(e) for e in trainer.state.log_history] == [public] * 3
+    assert [e["update_norm"] for e in trainer.state.log_history] == [e["update_norm"] for e in
+                                                                       trainer.public_telemetry]
+    assert not trainer._metrics["train"] and not trainer._pending_metrics
+    assert all(e["reward_mean"] is not None for e in trainer.private_telemetry if e["batch_size"])
+
+
 def test_should_training_stop_ends_training(tmp_path):
     rec = _recorder()(stop_at=1)
     trainer = _trainer(tmp_path, callbacks=[rec])
