@@ -15,8 +15,8 @@ from transformers import TrainerCallback
 from mechanisms.dpgrpo.trl import DPGRPOTrainer
 from tests.integrations.trl_tiny import digit_reward
 
-__all__ = ["HalveLROnPrivatePlateau", "HalveLROnRewardDrop", "LogsRewardMean", "LogsBatchSize", "PrintsRewardMean", "PrivateCheckpoint",
-           "PublicLogPrinter", "RunningNormaliser", "StopAfterExamples"]
+__all__ = ["HalveLROnPrivatePlateau", "HalveLROnRewardDrop", "LogsBatchSize", "LogsRewardMean", "PrintsRewardMean",
+           "PrivateCheckpoint", "PublicLogPrinter", "RunningNormaliser", "StopAfterExamples"]
 
 log = logging.getLogger("privcheck.tests.trl_run_variants")
 
