@@ -323,8 +323,9 @@ def _whole_run(trainer, rows, addition, mode: CheckMode, seeds: int, sampling_ru
 
     cfg = trainer.dp_config
     record = dict(mode.record)
-    record["output_dir"] = {"real": str(trainer.args.output_dir), "checked": "output/ in the check's working "
-                            "directory (every file written there is compared)"}
+    # no path recorded (results go into artifacts, which record no paths)
+    record["output_dir"] = {"real": "args.output_dir", "checked": "output/ in the check's working directory "
+                            "(every file written there is compared)"}
 
     def run(dataset, session):
         out = os.path.join(session.workdir, "output")
