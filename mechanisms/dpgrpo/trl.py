@@ -325,7 +325,8 @@ class DPGRPOTrainer(GRPOTrainer):
                                 eval_dataset=eval_dataset, processing_class=processing_class,
                                 reward_processing_classes=reward_processing_classes,
                                 peft_config=peft_config, **{k: v for k, v in kwargs.items() if v is not None})
-        self._user_callbacks = [_pristine(cb, self) for cb in (callbacks or [])]
+        self._init_callbacks = [_pristine(cb, self) for cb in (callbacks or [])]    # given to the constructor
+        self._added_callbacks: list = []                                          # add_callback afterwards
         self._stop_after: int | None = None      # check mode only (`fresh_copy(run_steps=...)`)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class,
@@ -563,7 +564,7 @@ class DPGRPOTrainer(GRPOTrainer):
     def add_callback(self, callback):
         """TRL's `add_callback`; the callback's state now is also what the checks' fresh copies start from."""
         if getattr(self, "_constructed", False):     # TRL's own callbacks (added in __init__) are TRL's to add
-            self._user_callbacks.append(_pristine(callback, self))
+            self._added_callbacks.append(_pristine(callback, self))
         return super().add_callback(callback)
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
@@ -760,9 +761,10 @@ class DPGRPOTrainer(GRPOTrainer):
         parts["args"] = args
         if run_steps is not None and (isinstance(run_steps, bool) or not isinstance(run_steps, int) or run_steps < 1):
             _refuse("run_steps", run_steps, "None or a positive int")
+        parts["callbacks"] = [cb if isinstance(cb, type) else _copy_for(cb, memo) for cb in self._init_callbacks]
         out = type(self)(train_dataset=train_dataset, **parts)
         memo[id(self)] = out          # a callback holding this trainer holds the copy in the copy
-        for cb in self._user_callbacks:
+        for cb in self._added_callbacks:
             out.add_callback(cb if isinstance(cb, type) else _copy_for(cb, memo))
         out._stop_after = run_steps
         return out
