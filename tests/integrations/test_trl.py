@@ -226,6 +226,7 @@ def test_plain_trl_batched_path_fails_isolation(tmp_path):
                               processing_class=tiny_tokenizer(), peft_config=_lora())
         b = bindings_for(trainer)
         assert b.precision == "float32" and b.whole_step is None and b.accountant_event is None
+        assert b.whole_run is None          # no noise to replay: the whole-run checks are not bound
         (r,) = run_suite(b, checks=["record_isolation"])
         results[(loss_type, scale)] = r
         assert r.status == "fail", r.message
