@@ -143,6 +143,21 @@ def test_logs_hold_the_public_telemetry_only(tmp_path):
     assert all(e["reward_mean"] is not None for e in trainer.private_telemetry if e["batch_size"])
 
 
+def test_evaluation_by_steps_runs_the_public_evaluation(tmp_path):
+    from mechanisms.dpgrpo.trl import DPGRPOTrainer
+
+    trainer = DPGRPOTrainer(tiny_model(), digit_reward, args=_args(tmp_path, dp_steps=2, eval_strategy="steps",
+                                                                   eval_steps=1, save_strategy="no"),
+                            train_dataset=addition_dataset(), eval_dataset=addition_dataset(2, seed=9),
+                            processing_class=tiny_tokenizer(), peft_config=_lora())
+    trainer.train()
+    assert [e["t"] for e in trainer.evaluation_curve] == [0, 1, 2]
+    evals = [e for e in trainer.state.log_history if "eval_public_accuracy" in e]
+    assert [(e["step"], e["eval_public_accuracy"]) for e in evals] == [(c["t"], c["accuracy"])
+                                                                       for c in trainer.evaluation_curve[1:]]
+    assert not (tmp_path / "out" / "checkpoint-2").exists()       # save_strategy="no" honoured
+
+
 def test_should_training_stop_ends_training(tmp_path):
     rec = _recorder()(stop_at=1)
     trainer = _trainer(tmp_path, callbacks=[rec])
