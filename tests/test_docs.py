@@ -90,10 +90,12 @@ ELSEWHERE = {
         "tests/integrations/test_opacus.py::test_docs_canary_audit_runs_on_the_opacus_model",
     ("docs/integrations/opacus.md", "bindings = whole_run_bindings(train, dataset"):
         "tests/integrations/test_opacus_whole_run.py::test_docs_whole_run_example_passes",
-    ("docs/integrations/trl.md", "args = DPGRPOTrainerConfig("):
+    ("docs/integrations/trl.md", "results = {r.name: r for r in run_suite("):
         "tests/integrations/test_trl.py::test_example_trains_and_passes_the_fast_checks",
     ("docs/integrations/trl.md", "audit_scores_file(\"scores.csv\""):
         "tests/integrations/test_trl.py::test_example_audited",
+    ("docs/integrations/trl.md", "run_public_outputs"):
+        "tests/integrations/test_trl_run.py::test_docs_whole_run_example",
 }
 
 # Blocks whose output cannot be reproduced by a test, and why.

@@ -3,9 +3,10 @@
 
 One step (`DPGRPOTrainer.step`), with the functions of `mechanisms.dpgrpo.core`:
 
-    coins = poisson_coins(len(train_dataset), q, coins_gen)      # public q, private coins generator
+    coins = poisson_coins(n, q, coins_gen)[:len(train_dataset)]  # public n and q, private coins generator
+    d = one draw of the private rollout generator
     for i with coins[i]:                                         # one prompt at a time, in index order
-        with fresh rollout randomness:                           # (A3), never the caller's RNG
+        with the RNG forked and seeded derive_seed(d, i):        # (A3), never the caller's RNG
             G completions of prompt i alone (TRL's generation)   # no padding against other prompts
             rewards = Σ_k w_k·reward_func_k, NaN → lo, clamp [lo, hi] (the declared public range)
             A = group_advantages(rewards)                        # eq. (2), this prompt's own group
@@ -14,16 +15,22 @@ One step (`DPGRPOTrainer.step`), with the functions of `mechanisms.dpgrpo.core`:
     ĝ = privatize(S, σ, C, q, n, noise_gen)                      # (S + N(0, σ²C²)) / (q·n), once per step
     ĝ → .grad of the trainable (PEFT) parameters; trainer.optimizer.step(); lr_scheduler.step()
 
+`train()` runs the accounted steps as TRL's loop does: callbacks called, `TrainerControl` honoured (logging,
+evaluation, checkpoints, stopping). The generators advance by public amounts per step (n coins, one rollout draw),
+so runs on neighbouring datasets with one seed stay coupled at every step (the whole-run checks).
+
 ε is never computed here: the dp_* settings become a `DPGRPOConfig` (`trainer.dp_config`) whose privacy plan
 (`privcheck.accounting.DPGRPOPlan`) gives the claim. TRL settings that couple prompts (batch-level loss or reward
 normalisation, batch generation servers, entropy masks over the batch, several updates per batch, tools) are
-refused with `InvalidParameter` naming the setting, before any model is touched.
+refused with `InvalidParameter` naming the setting, before any model is touched; so are the settings the checks
+would refuse after training (dropout > 0, an evaluation without eval_dataset).
 
 TRL is imported at module import: import this module only where the trainer is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -39,6 +46,7 @@ from mechanisms.dpgrpo.pipeline.inputs import tensor_sha256
 from mechanisms.dpgrpo.randomness import TorchRandomness
 from privcheck.artifacts.identity import subject_token
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import derive_seed
 
 __all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig", "IDENTITY_ARGS",
            "PromptContribution", "dp_config_for", "identity_args"]
@@ -55,6 +63,7 @@ IDENTITY_ARGS = ("num_generations", "max_completion_length", "temperature", "top
                  "epsilon_high", "learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
                  "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_steps", "seed", "bf16",
                  "fp16", "cast_lm_head_to_fp32", "disable_dropout")
+ROLLOUT_NAMESPACE = "mechanisms.dpgrpo.trl"    # prompt i's rollout seed at a step: derive_seed(step draw, i)
 
 
 @dataclass
@@ -156,6 +165,27 @@ def _lora_settings(peft_config) -> dict:
     return out
 
 
+def _check_run_settings(args, model, peft_config, eval_dataset) -> None:
+    """Refuse, before training, what the checks would refuse after it: a dropout probability > 0 (LoRA or the
+    model's own: random masks break the checks' bit identity) and an evaluation that cannot run."""
+    dropout = getattr(peft_config, "lora_dropout", None) if peft_config is not None else None
+    if dropout is not None and (not _real(dropout) or dropout != 0):
+        _refuse("peft_config.lora_dropout", dropout, "0 (a random dropout mask makes a prompt's gradient differ "
+                "between two evaluations; the checks refuse it)")
+    if isinstance(model, torch.nn.Module):
+        from privcheck.checks.common import DropoutEnabled, assert_no_dropout
+
+        try:
+            assert_no_dropout(model)
+        except DropoutEnabled as exc:
+            _refuse("model", str(exc).rsplit("found: ", 1)[-1], "a model whose every dropout probability is 0 "
+                    "(set the config's *dropout / *pdrop fields to 0; the checks refuse dropout)")
+    strategy = str(getattr(getattr(args, "eval_strategy", "no"), "value", getattr(args, "eval_strategy", "no")))
+    if strategy != "no" and eval_dataset is None:
+        _refuse("eval_strategy", strategy, "'no' without an eval_dataset (an evaluation during training needs the "
+                "public eval_dataset)")
+
+
 def dp_config_for(args, train_dataset, peft_config=None) -> DPGRPOConfig:
     """Validate `args` (a `DPGRPOTrainerConfig`) and the dataset and return the public `DPGRPOConfig` of the run
     (its `plan` is the privacy plan). Raises `InvalidParameter` naming the setting on any problem."""
@@ -228,6 +258,34 @@ def _public_args(args) -> dict:
             for k, v in out.items()}
 
 
+@contextlib.contextmanager
+def _forked_rng(seed: int, device):
+    """The framework RNG (CPU, and the trainer's CUDA device) forked and seeded with `seed`; restored on exit."""
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _pristine(obj, trainer):
+    """A copy of `obj` (a reward function or a callback, or a list of them) as it is now, its references to
+    `trainer` kept; `obj` itself when it cannot be copied (then check runs share its state)."""
+    if isinstance(obj, (str, type)) or obj is None:
+        return obj
+    try:
+        return copy.deepcopy(obj, {id(trainer): trainer})
+    except Exception:  # noqa: BLE001 - an object that refuses copying is shared, as the user passed it
+        return obj
+
+
+def _copy_for(obj, memo):
+    try:
+        return copy.deepcopy(obj, dict(memo))
+    except Exception:  # noqa: BLE001 - as in `_pristine`
+        return obj
+
+
 def identity_args(args) -> dict:
     """The arguments of `args` in the run's identity: `IDENTITY_ARGS` and every dp_* setting."""
     out = {k: getattr(args, k, None) for k in IDENTITY_ARGS}
@@ -276,18 +334,25 @@ class DPGRPOTrainer(GRPOTrainer):
             _refuse("optimizers", optimizers, "(None, None): the optimizer and schedule come from args (optim, "
                     "learning_rate, lr_scheduler_type, ...), so the checks' fresh copies run the same update")
         self.dp_config = dp_config_for(args, train_dataset, peft_config)   # every refusal before any work
+        _check_run_settings(args, model, peft_config, eval_dataset)
         lo, hi = args.dp_reward_range
         self.dp_reward_range = (float(lo), float(hi))
-        # the initial (pre-TRL) model, for fresh seeded runs of the checks (`fresh_copy`)
-        self._init_parts = dict(model=copy.deepcopy(model), reward_funcs=reward_funcs, args=args,
+        # the initial (pre-TRL) model, reward functions and callbacks, for fresh seeded runs of the checks
+        # (`fresh_copy`): copies of their state before training, so that every check run starts where this one did
+        self._init_parts = dict(model=copy.deepcopy(model), reward_funcs=_pristine(reward_funcs, self), args=args,
                                 eval_dataset=eval_dataset, processing_class=processing_class,
-                                reward_processing_classes=reward_processing_classes, callbacks=callbacks,
+                                reward_processing_classes=reward_processing_classes,
                                 peft_config=peft_config, **{k: v for k, v in kwargs.items() if v is not None})
+        self._init_callbacks = [_pristine(cb, self) for cb in (callbacks or [])]    # given to the constructor
+        self._added_callbacks: list = []                                          # add_callback afterwards
+        self._stop_after: int | None = None      # check mode only (`fresh_copy(run_steps=...)`)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                          eval_dataset=eval_dataset, processing_class=processing_class,
                          reward_processing_classes=reward_processing_classes, callbacks=callbacks,
                          peft_config=peft_config,
                          **{k: v for k, v in kwargs.items() if v is not None})
+        if not isinstance(model, torch.nn.Module):      # a model name: loaded by TRL, checked once loaded
+            _check_run_settings(args, self.model, None, eval_dataset)
         self.space = core.ParamSpace(self.model)
         self.private_parameters = self.space.names
         trainable = set(self.space.names)
@@ -303,6 +368,7 @@ class DPGRPOTrainer(GRPOTrainer):
         self.last_sampled: list[int] = []
         self.last_contributions: dict[int, PromptContribution] = {}
         self._update_hooks: list = []
+        self._constructed = True
 
     # ------------------------------------------------------------------ public facts
 
@@ -336,11 +402,15 @@ class DPGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ Algorithm 1 pieces
 
     def sample_coins(self, n: int | None = None, q: float | None = None) -> torch.Tensor:
-        """Bernoulli(q) coins for every dataset index from the private coins generator (line 2)."""
-        n = len(self.train_dataset) if n is None else n
-        if n == 0:                # an empty dataset has no coin to draw
+        """Bernoulli(q) coins for every dataset index from the private coins generator (line 2). By default the
+        coins of all public n slots are drawn and the dataset's prefix returned: the generator advances by the
+        public n every step, whatever the dataset's size."""
+        q = self.dp_config.q if q is None else q
+        if n is None:
+            return core.poisson_coins(self.dp_config.n, q, self.randomness.coins)[:len(self.train_dataset)]
+        if n == 0:                # nothing to draw
             return torch.zeros(0, dtype=torch.bool)
-        return core.poisson_coins(n, self.dp_config.q if q is None else q, self.randomness.coins)
+        return core.poisson_coins(n, q, self.randomness.coins)
 
     def clip(self, v, C: float | None = None) -> torch.Tensor:
         return core.clip_flat(v, self.dp_config.C if C is None else C)
@@ -472,11 +542,16 @@ class DPGRPOTrainer(GRPOTrainer):
         cfg = self.dp_config
         if self.t >= cfg.T:
             _refuse("dp_steps", cfg.T, f"more than the {self.t} steps run (never more steps than accounted)")
+        # coins for all n public slots, the dataset's prefix used, and one rollout draw per step with a seed per
+        # dataset index: the generators advance by public amounts, so that two runs on neighbouring datasets stay
+        # coupled at every step (the whole-run checks), and a prompt's rollouts depend on (step, index) only
         coins = self.sample_coins()
         batch = [i for i in range(len(coins)) if bool(coins[i])]
+        self.last_sampled = batch          # from here on: an optimizer hook of this step sees this step's batch
+        base = self.randomness.rollout_draw()
         contribs: dict[int, PromptContribution] = {}
         for i in batch:
-            with self.randomness.rollout_scope():
+            with _forked_rng(derive_seed(base, f"prompt/{i}", ROLLOUT_NAMESPACE), self.space.params[0].device):
                 contribs[i] = self.prompt_contribution(self.train_dataset[i])
         g_hat = self.noisy_update([c.clipped for c in contribs.values()])
         for hook in self._update_hooks:
@@ -485,15 +560,17 @@ class DPGRPOTrainer(GRPOTrainer):
         applied = bool(torch.isfinite(g_hat).all())
         if applied:                       # a non-finite ĝ skips the step (fixed rule, public)
             core.unflatten_into(g_hat, self.space)
+            if self.is_in_train:
+                self.control = self.callback_handler.on_pre_optimizer_step(self.args, self.state, self.control)
             self.optimizer.step()
+            if self.is_in_train:
+                self.control = self.callback_handler.on_optimizer_step(self.args, self.state, self.control)
         self.lr_scheduler.step()
         self.space.zero_grad()
         self.t += 1
         self.state.global_step = self.t
         entry = core.public_step_entry(self.t, self.optimizer, self.space.params, before, g_hat, applied)
         self.public_telemetry.append(entry)
-        self.state.log_history.append(dict(entry))
-        self.last_sampled = batch
         self.last_contributions = contribs
         rewards = [float(x) for c in contribs.values() for x in c.rewards]
         self.private_telemetry.append({
@@ -502,18 +579,69 @@ class DPGRPOTrainer(GRPOTrainer):
             "losses": [c.loss for c in contribs.values()]})
         return entry
 
+    def add_callback(self, callback):
+        """TRL's `add_callback`; the callback's state now is also what the checks' fresh copies start from."""
+        if getattr(self, "_constructed", False):     # TRL's own callbacks (added in __init__) are TRL's to add
+            self._added_callbacks.append(_pristine(callback, self))
+        return super().add_callback(callback)
+
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """Run the remaining accounted steps (`dp_steps` in all); returns the public telemetry of this call."""
+        """Run the remaining accounted steps (`dp_steps` in all) as TRL's loop runs its steps: the callbacks'
+        on_train_begin, on_epoch_begin/end (one epoch), on_step_begin, on_pre_optimizer_step/on_optimizer_step,
+        on_step_end, on_log, on_evaluate, on_save and on_train_end, with their
+        `TrainerControl` honoured (should_log: `log()` of the step's public telemetry; should_evaluate:
+        `evaluate_public()`; should_save: TRL's checkpoint; should_training_stop: stop). Returns the public
+        telemetry of this call."""
         if resume_from_checkpoint is not None or trial is not None:
             _refuse("resume_from_checkpoint", resume_from_checkpoint, "None (resuming is not supported)")
-        start = self.t
+        start, T = self.t, self.dp_config.T
+        last = T if self._stop_after is None else min(T, self._stop_after)
         if self.eval_dataset is not None and not self.evaluation_curve:
             self.evaluation_curve.append({"t": self.t, "accuracy": self.evaluate_public()})
-        while self.t < self.dp_config.T:
-            self.step()
-        if self.eval_dataset is not None and self.evaluation_curve[-1]["t"] != self.t:
-            self.evaluation_curve.append({"t": self.t, "accuracy": self.evaluate_public()})
+        self.state.max_steps = T
+        self.state.compute_steps(self.args, T)
+        self.state.is_world_process_zero = self.is_world_process_zero()
+        handler = self.callback_handler
+        handler.model, handler.optimizer, handler.lr_scheduler = self.model, self.optimizer, self.lr_scheduler
+        self.is_in_train = True
+        try:
+            self.control = handler.on_train_begin(self.args, self.state, self.control)
+            self.control = handler.on_epoch_begin(self.args, self.state, self.control)   # the run is one "epoch"
+            entry = self.public_telemetry[-1] if self.public_telemetry else None
+            while self.t < last and not self.control.should_training_stop:
+                self.control = handler.on_step_begin(self.args, self.state, self.control)
+                entry = self.step()
+                self.control = handler.on_step_end(self.args, self.state, self.control)
+                self._log_evaluate_save(entry)
+            self.control = handler.on_epoch_end(self.args, self.state, self.control)
+            self._log_evaluate_save(entry)
+            if self.eval_dataset is not None and self.evaluation_curve[-1]["t"] != self.t:
+                self._evaluate_point()
+            self.control = handler.on_train_end(self.args, self.state, self.control)
+        finally:
+            self.is_in_train = False
         return self.public_telemetry[start:]
+
+    def _log_evaluate_save(self, entry) -> None:
+        """What TRL's `_maybe_log_save_evaluate` does on the control's flags, with this trainer's public values."""
+        handler = self.callback_handler
+        if self.control.should_log and entry is not None and (not self.state.log_history or
+                                                              self.state.log_history[-1].get("t") != entry["t"]):
+            self.log(dict(entry))
+        self.control.should_log = False
+        if self.control.should_evaluate:
+            metrics = {"eval_public_accuracy": self._evaluate_point()}
+            self.log(dict(metrics))
+            self.control = handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
+        if self.control.should_save:
+            self._save_checkpoint(self.model, None)
+            self.control = handler.on_save(self.args, self.state, self.control)
+
+    def _evaluate_point(self) -> float:
+        if self.evaluation_curve and self.evaluation_curve[-1]["t"] == self.t:
+            return self.evaluation_curve[-1]["accuracy"]
+        self.evaluation_curve.append({"t": self.t, "accuracy": self.evaluate_public()})
+        return self.evaluation_curve[-1]["accuracy"]
 
     def evaluate_public(self) -> float:
         """Mean reward on the public `eval_dataset`, normalised to [0, 1] by `dp_reward_range` (the sampled
@@ -642,16 +770,35 @@ class DPGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ checks
 
-    def fresh_copy(self, train_dataset, seed: int | None) -> "DPGRPOTrainer":
-        """A new trainer from the same initial model and settings on `train_dataset`, with the same public n and
-        σ, seeded with `seed` (not a privacy release; None: OS entropy); used by the checks."""
+    def fresh_copy(self, train_dataset, seed: int | None, *, run_steps: int | None = None,
+                   **settings) -> "DPGRPOTrainer":
+        """A new trainer of this class from the same initial model, reward functions, callbacks (copies of their
+        state at construction, or when added) and settings on `train_dataset`, with the same public n and σ,
+        seeded with `seed` (not a privacy release; None: OS entropy); used by the checks. `settings`: args
+        fields to change (check mode: dp_sampling_rate, output_dir, logging_steps, save_steps, report_to, ...);
+        `run_steps`: its `train()` stops after that many steps (the plan and the schedule keep dp_steps)."""
         parts = dict(self._init_parts)
+        memo = {id(self): self}
         parts["model"] = copy.deepcopy(parts["model"])
+        parts["reward_funcs"] = _pristine(parts["reward_funcs"], self)
         args = copy.copy(parts["args"])     # not dataclasses.replace: GRPOConfig's post-init is not idempotent
+        unknown = sorted(k for k in settings if not hasattr(args, k))
+        if unknown:
+            _refuse(unknown[0], settings[unknown[0]], "a DPGRPOTrainerConfig field")
+        for k, v in settings.items():
+            setattr(args, k, v)
         args.dp_seed, args.dp_num_records = seed, self.dp_config.n
         args.dp_noise_multiplier, args.dp_target_epsilon = self.dp_config.sigma, None
         parts["args"] = args
-        return type(self)(train_dataset=train_dataset, **parts)
+        if run_steps is not None and (isinstance(run_steps, bool) or not isinstance(run_steps, int) or run_steps < 1):
+            _refuse("run_steps", run_steps, "None or a positive int")
+        parts["callbacks"] = [cb if isinstance(cb, type) else _copy_for(cb, memo) for cb in self._init_callbacks]
+        out = type(self)(train_dataset=train_dataset, **parts)
+        memo[id(self)] = out          # a callback holding this trainer holds the copy in the copy
+        for cb in self._added_callbacks:
+            out.add_callback(cb if isinstance(cb, type) else _copy_for(cb, memo))
+        out._stop_after = run_steps
+        return out
 
     def privcheck_identity(self):
         """The run's `RunIdentity` (docs/artifacts.md, "Run identity"): this class, the plan, the public

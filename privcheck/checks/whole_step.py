@@ -133,7 +133,9 @@ class WholeStepBindings:
     {kind: record}, adversarial candidates for the neighbour search (records colliding with others on a prompt,
     extreme rewards or gradient norms). `regime` names this configuration; `regimes`: {name: WholeStepBindings}
     of the same step under other public configurations (a clip norm above every record's gradient norm), run
-    after this one by the neighbouring-pair checks."""
+    after this one by the neighbouring-pair checks. `check_mode`: how these check-mode runs differ from the
+    released run, {field: {"real": ..., "checked": ...}} (a derived check-mode q, seeds, a subset of records),
+    recorded in every result's inputs."""
 
     build: Callable[[Sequence, int], StepRun]
     records: Sequence
@@ -149,8 +151,11 @@ class WholeStepBindings:
     pool: Mapping[str, Any] | None = None
     regime: str = "default"
     regimes: Mapping[str, "WholeStepBindings"] | None = None
+    check_mode: Mapping[str, Any] | None = None
 
     def __post_init__(self):
+        if self.check_mode is not None and not isinstance(self.check_mode, Mapping):
+            raise InvalidParameter("check_mode", type(self.check_mode).__name__, "None or a mapping")
         if not callable(self.build):
             raise InvalidParameter("build", self.build, "a callable (dataset, seed) -> StepRun")
         if isinstance(self.records, (str, bytes)) or not isinstance(self.records, Sequence) or len(self.records) < 2:
@@ -239,7 +244,23 @@ def _pair_options(b, precision, cases, seeds, max_seeds, small_base, seed0, posi
               "seed0": seed0, "positions": list(positions), "neighbours": neighbours}
     if neighbours == "search":
         inputs.update(examples=examples, search_seed=search_seed)
-    return prec, cases, inputs
+    return prec, cases, _declared(b, inputs)
+
+
+def _declared(b, inputs: dict) -> dict:
+    """`inputs` with the bindings' check-mode differences (`WholeStepBindings.check_mode`) recorded."""
+    ws = getattr(b, "whole_step", None)
+    if isinstance(ws, WholeStepBindings) and ws.check_mode:
+        inputs["check_mode"] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in ws.check_mode.items()}
+    return inputs
+
+
+def _at_q(ws) -> str:
+    """The inconclusive messages' hint: the q the trials ran at and what to do about a small one."""
+    q = float(ws.sampling_rate)
+    hint = "" if q >= 0.3 else "; bind a check-mode q of 0.3 or more (the TRL bindings derive one from the " \
+                               "real trainer and record it in check_mode)"
+    return f" at q = {q:g}{hint}"
 
 
 def _count(name, value, minimum=1):
@@ -595,12 +616,13 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
             per_pair[pair.label] = stats
             if informative == 0 and not pair.searched:
                 failures.append(f"{pair.label}: inconclusive, nonzero-difference trials: 0 of {t} (bound: ≥ 1; the "
-                                "differing record was never sampled, or its update is lost)")
+                                f"differing record was never sampled, or its update is lost){_at_q(ws)}")
             if need_full and not observable:
                 full_by_design = t >= n_full
                 if not full_by_design:
                     failures.append(f"small: inconclusive, the full batch (q^{m_big} = {q ** m_big:.3g} per trial) "
-                                    f"needs {n_full} trials for a miss probability < 1e-6; max_seeds = {max_seeds}")
+                                    f"needs {n_full} trials for a miss probability < 1e-6; max_seeds = {max_seeds}"
+                                    f"{_at_q(ws)}")
         if observable and not empty_seen:
             failures.append("inconclusive: no empty-batch case (D's batch empty, D' = the differing record) was seen")
         if observable and not full_seen:
@@ -700,7 +722,7 @@ def check_step_public_outputs(b, precision: str | None = None, *, cases: Sequenc
             per_pair[pair.label] = {"trials": t, "record_sampled": informative, "position": pair.position}
             if informative == 0 and not pair.searched:
                 failures.append(f"{pair.label}: inconclusive, trials with the differing record sampled: 0 of {t} "
-                                "(bound: ≥ 1)")
+                                f"(bound: ≥ 1){_at_q(ws)}")
         total = sum(p["trials"] for p in per_pair.values())
         if leaks:
             failures.insert(0, "leak: " + ", ".join(f"{k}: {v['first']['difference']} in {v['trials']}/{total} trials"
@@ -743,7 +765,8 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
     seeds = _count("seeds", seeds, 2)
     seed0 = _count("seed0", seed0, 0)
     min_tensor_samples = _count("min_tensor_samples", min_tensor_samples, 100)
-    inputs = {"seeds": seeds, "seed0": seed0, "min_tensor_samples": min_tensor_samples, "alpha": ALPHA}
+    inputs = _declared(b, {"seeds": seeds, "seed0": seed0, "min_tensor_samples": min_tensor_samples,
+                           "alpha": ALPHA})
 
     def fn():
         from statistics import NormalDist
@@ -857,7 +880,7 @@ def check_step_record_isolation(b, precision: str | None = None, *, max_seeds: i
     max_seeds = _count("max_seeds", max_seeds)
     seed0 = _count("seed0", seed0, 0)
     tol = WHOLE_STEP_TOLERANCES[prec]
-    inputs = {"max_seeds": max_seeds, "seed0": seed0}
+    inputs = _declared(b, {"max_seeds": max_seeds, "seed0": seed0})
 
     def fn():
         ws = _bindings(b)
@@ -911,7 +934,7 @@ def check_step_record_isolation(b, precision: str | None = None, *, max_seeds: i
             per[j] = {"trials": t, "covered": covered, "fields": keys}
             if not covered:
                 failures.append(f"record {j}: inconclusive, never sampled together with another record in {t} "
-                                "trials")
+                                f"trials{_at_q(ws)}")
         observed = {"records": per, "max_rel_diff": worst, "bit_identical": bit, "failures": failures[:20]}
         return {"passed": not failures, "observed": observed, "expected": {"max_rel_diff": 0.0},
                 "tolerance": {"record_rel": tol["record_rel"]},
@@ -939,7 +962,7 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
     _validate(b)
     runs = _count("runs", runs, 2)
     seed0 = _count("seed0", seed0, 0)
-    inputs = {"runs": runs, "seed0": seed0, "alpha": ALPHA}
+    inputs = _declared(b, {"runs": runs, "seed0": seed0, "alpha": ALPHA})
 
     def fn():
         ws = _bindings(b)

@@ -11,6 +11,9 @@ Two kinds of trainer are recognised:
   `sample_coins`, `clip`, `privatize`, `step`, `last_sampled`, `last_contributions`, `private_parameters`,
   `privacy_claim` — the protocol of `DPGRPOTrainer` in `mechanisms.dpgrpo.trl`): record isolation through the
   trainer's own per-prompt path, the whole-step checks on fresh seeded copies driving `trainer.step` itself, the
+  whole-run checks on fresh seeded copies driving the copy's `train()` (TRL's loop with the user's callbacks,
+  logging and checkpoints, in the check's working directory), both in the check mode `check_mode_for` derives
+  from the real trainer (every difference recorded as {field: {"real", "checked"}}), the
   sampler, clip and noise of the trainer, the accountant fields from its privacy plan, and V3, V9, V1 and V7
   through its `clipped_sum`, `noisy_update`, `advantages`, `prompt_loss` and `token_logprobs` (with
   `GradientItem` synthetic records); the checks that do not apply (chunk_identity, nonprivate_equivalence; V7 at
@@ -32,10 +35,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["CHECK_RECORDS", "DP_PROTOCOL", "GradientItem", "PromptItem", "bindings_for",
-           "default_perturb", "is_dp_trainer", "precision_of"]
+__all__ = ["CHECK_Q", "CHECK_RECORDS", "CHECK_STEPS", "DP_PROTOCOL", "CheckMode", "GradientItem", "PromptItem",
+           "bindings_for", "check_mode_for", "default_perturb", "is_dp_trainer", "precision_of"]
 
 CHECK_RECORDS = 3        # default number of the dataset's rows the checks use (items, whole-step D)
+CHECK_Q = 0.5            # check-mode q: max(q, CHECK_Q), so that every coverage case occurs in a few trials
+CHECK_STEPS = 3          # steps of a check-mode whole run (the plan and the schedule keep the real dp_steps)
+RUN_MISS = 1e-3          # whole runs per neighbouring pair: enough that the differing record is sampled in one
+                         # of their steps but with probability < RUN_MISS ((1 − q)^(steps·runs) ≤ RUN_MISS)
+SAMPLING_RUNS = 40       # whole runs of run_poisson_sampling (CHECK_STEPS rounds each)
 ITEM_SEED = 7919         # rollout seed of the k-th check item: ITEM_SEED + k (public, check mode only)
 DP_PROTOCOL = ("dp_config", "prompt_contribution", "fresh_copy", "add_update_hook", "sample_coins", "clip",
                "privatize", "step", "last_sampled", "last_contributions", "private_parameters", "privacy_claim")
@@ -205,13 +213,141 @@ def _empty_like(train_dataset, rows):
     return Dataset.from_dict({c: [] for c in train_dataset.column_names})
 
 
-def _whole_step(trainer, rows, addition, seeds):
+@dataclass(frozen=True)
+class CheckMode:
+    """The check mode derived from the real trainer (`check_mode_for`): `settings` (args fields every check run
+    gets; the whole run adds its working directory), `run_steps` (steps of a whole run), `q` and `divisor` of the
+    check runs, and `record` = every difference from the real run, {field: {"real": ..., "checked": ...}}."""
+
+    settings: Mapping
+    run_steps: int
+    q: float
+    divisor: float
+    record: Mapping
+
+
+def _interval(args, kind: str) -> tuple:
+    strategy = getattr(args, f"{kind}_strategy", "no")
+    return str(getattr(strategy, "value", strategy)), getattr(args, f"{kind}_steps", None)
+
+
+def check_mode_for(trainer, *, rows: int = CHECK_RECORDS, q: float | None = None,
+                   steps: int | None = None) -> CheckMode:
+    """Derive the check mode of a DP GRPO trainer from its real settings: q_check = max(q, CHECK_Q) (public: the
+    coverage cases of the checks need records sampled together), seeded randomness per check run, `steps`
+    (default min(dp_steps, CHECK_STEPS)) steps per whole run, `rows` records plus one addition; when the run logs,
+    saves or evaluates by steps: every step logged, a checkpoint and an evaluation within those steps; no
+    external reporting or hub pushes. Every difference is recorded in `CheckMode.record`."""
+    cfg, args = trainer.dp_config, trainer.args
+    q_real = float(args.dp_sampling_rate)           # the declared q (the plan's m/n may round it down)
+    q_check = max(q_real, CHECK_Q) if q is None else q
+    if isinstance(q_check, bool) or not isinstance(q_check, (int, float)) or not 0 < q_check <= 1:
+        raise InvalidParameter("q", q, "None or a number in (0, 1]")
+    k = min(cfg.T, CHECK_STEPS) if steps is None else steps
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= cfg.T:
+        raise InvalidParameter("steps", steps, f"None or an int in [1, {cfg.T}] (dp_steps)")
+    settings, record = {}, {}
+    if q_check != q_real:
+        settings["dp_sampling_rate"] = q_check
+        record["dp_sampling_rate"] = {"real": q_real, "checked": q_check}
+    record["dp_seed"] = {"real": "os_entropy" if cfg.randomness == "os_entropy" else cfg.randomness,
+                         "checked": "the check's seed of each run (seeded check mode, never a release)"}
+    record["train_dataset"] = {"real": f"the whole train_dataset (public n = {cfg.n})",
+                               "checked": f"the bindings' {rows} records and one added row"}
+    if k < cfg.T:
+        record["steps_run"] = {"real": cfg.T, "checked": k}
+    if _interval(args, "logging")[0] == "steps" and _interval(args, "logging")[1] != 1:
+        settings["logging_steps"] = 1      # every entry the real run would log, logged and compared at once
+        record["logging_steps"] = {"real": _interval(args, "logging")[1], "checked": 1}
+    for kind in ("save", "eval"):
+        strategy, every = _interval(args, kind)
+        if strategy == "steps" and every is not None and (every >= 1 and every > k or every < 1 and
+                                                          math.ceil(every * cfg.T) > k):
+            settings[f"{kind}_steps"] = k
+            record[f"{kind}_steps"] = {"real": every, "checked": k}
+    if getattr(args, "report_to", None):
+        settings["report_to"] = []
+        record["report_to"] = {"real": list(args.report_to), "checked": []}
+    if getattr(args, "push_to_hub", False):
+        settings["push_to_hub"] = False
+        record["push_to_hub"] = {"real": True, "checked": False}
+    m = q_check * cfg.n
+    while m / cfg.n > q_check:       # as the trainer's plan: q·n rounded down until m/n ≤ q
+        m = math.nextafter(m, 0.0)
+    return CheckMode(settings=settings, run_steps=k, q=q_check, divisor=float(m), record=record)
+
+
+def _run_seeds(mode: CheckMode) -> int:
+    """The fewest whole runs per pair in whose steps the differing record is missed with probability ≤ RUN_MISS."""
+    if mode.q >= 1:
+        return 1
+    return max(1, math.ceil(math.log(RUN_MISS) / (mode.run_steps * math.log1p(-mode.q))))
+
+
+def _public_state(obj) -> dict:
+    """The plain attributes of a callback (numbers, strings, flags and containers of them): its observable state."""
+    plain = (bool, int, float, str, type(None))
+
+    def ok(v, depth=0):
+        if isinstance(v, plain):
+            return True
+        if depth < 4 and isinstance(v, (list, tuple)):
+            return all(ok(x, depth + 1) for x in v)
+        if depth < 4 and isinstance(v, dict):
+            return all(isinstance(a, str) and ok(x, depth + 1) for a, x in v.items())
+        return False
+
+    return {k: v for k, v in sorted(vars(obj).items()) if ok(v)} if hasattr(obj, "__dict__") else {}
+
+
+def _trl_public(run) -> dict:
+    """What a TRL trainer releases besides the model and the optimizer: its log history, TRL's metrics, the
+    trainer state and control, the evaluation curve and every callback's plain state."""
+    state = run.state
+    return {"log_history": [dict(e) for e in state.log_history],
+            "metrics": {k: list(v) for k, v in run._metrics["train"].items()},
+            "global_step": state.global_step,
+            "state": {k: getattr(state, k, None) for k in ("max_steps", "epoch", "best_metric",
+                                                          "best_model_checkpoint", "total_flos")},
+            "control": _public_state(run.control),
+            "evaluation_curve": [dict(e) for e in getattr(run, "evaluation_curve", [])],
+            "callbacks": {f"{i}:{type(cb).__name__}": _public_state(cb)
+                          for i, cb in enumerate(run.callback_handler.callbacks)}}
+
+
+def _whole_run(trainer, rows, addition, mode: CheckMode, seeds: int, sampling_runs: int):
+    """`WholeRunBindings` driving a fresh copy's `train()`, TRL's loop with its callbacks, in check mode."""
+    import os
+
+    from privcheck.checks.whole_run import WholeRunBindings
+
+    cfg = trainer.dp_config
+    record = dict(mode.record)
+    # no path recorded (results go into artifacts, which record no paths)
+    record["output_dir"] = {"real": "args.output_dir", "checked": "output/ in the check's working directory "
+                            "(every file written there is compared)"}
+
+    def run(dataset, session):
+        out = os.path.join(session.workdir, "output")
+        copy = trainer.fresh_copy(_empty_like(trainer.train_dataset, list(dataset)), session.seed,
+                                  run_steps=mode.run_steps, output_dir=out, **mode.settings)
+        session.attach(model=copy.model, optimizer=copy.optimizer, private_parameters=list(copy.private_parameters),
+                       install_update_hook=copy.add_update_hook, sampled=lambda: list(copy.last_sampled),
+                       public_outputs=lambda: _trl_public(copy))
+        return copy.train()
+
+    return WholeRunBindings(run=run, records=rows, addition=addition, clip_norm=cfg.C, divisor=mode.divisor,
+                            noise_multiplier=cfg.sigma, sampling_rate=mode.q, removal="drop", seeds=seeds,
+                            check_mode=record, sampling_runs=sampling_runs)
+
+
+def _whole_step(trainer, rows, addition, seeds, mode: CheckMode):
     from privcheck.checks.whole_step import StepRun, WholeStepBindings
 
     cfg = trainer.dp_config
 
     def build(dataset, seed):
-        run = trainer.fresh_copy(_empty_like(trainer.train_dataset, list(dataset)), seed)
+        run = trainer.fresh_copy(_empty_like(trainer.train_dataset, list(dataset)), seed, **mode.settings)
         return StepRun(
             step=run.step, model=run.model, optimizer=run.optimizer,
             private_parameters=list(run.private_parameters), install_update_hook=run.add_update_hook,
@@ -222,8 +358,10 @@ def _whole_step(trainer, rows, addition, seeds):
             per_record=lambda: {i: {"scores": c.rewards, "clipped": c.clipped}
                                 for i, c in run.last_contributions.items()})
 
-    return WholeStepBindings(build=build, records=rows, addition=addition, clip_norm=cfg.C, divisor=cfg.divisor,
-                             noise_multiplier=cfg.sigma, sampling_rate=cfg.q, removal="drop", seeds=seeds)
+    record = {k: v for k, v in mode.record.items() if k in ("dp_sampling_rate", "dp_seed", "train_dataset")}
+    return WholeStepBindings(build=build, records=rows, addition=addition, clip_norm=cfg.C, divisor=mode.divisor,
+                             noise_multiplier=cfg.sigma, sampling_rate=mode.q, removal="drop", seeds=seeds,
+                             check_mode=record)
 
 
 LOGPROB_CASES = 2        # V1's log-probability cases: the first rows' prompts, fixed completions
@@ -252,14 +390,18 @@ def _logprob_cases(trainer, rows) -> list:
 
 def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition: Mapping | None = None,
                  perturb: Callable | None = None, seeds: int = 16, clip_norm: float | None = None,
-                 precision: str | None = None):
+                 precision: str | None = None, check_q: float | None = None, check_steps: int | None = None,
+                 run_seeds: int | None = None, sampling_runs: int = SAMPLING_RUNS):
     """`SuiteBindings` for a TRL `GRPOTrainer` (module docstring).
 
     `records`: the dataset rows the checks use (default the first `CHECK_RECORDS` rows of train_dataset; at
     least 3); `addition`: the row added in the whole-step neighbours (default `perturb` of the last record's
     row); `perturb(item) -> item` for V6 (default `default_perturb`: the prompt repeated); `seeds`: trials per
     whole-step neighbouring pair; `clip_norm`: C of the plain trainer's contributions (default its
-    max_grad_norm, else 1.0); `precision`: default `precision_of(trainer.model)`."""
+    max_grad_norm, else 1.0); `precision`: default `precision_of(trainer.model)`. DP trainer only: `check_q`
+    and `check_steps` override the derived check mode (`check_mode_for`); `run_seeds`: whole runs per
+    neighbouring pair (default: the fewest with a miss probability below `RUN_MISS`); `sampling_runs`: whole
+    runs of run_poisson_sampling."""
     from privcheck.checks.common import SuiteBindings
 
     rows = _rows(trainer, records)
@@ -269,6 +411,10 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
         raise InvalidParameter("records", [sorted(r) for r in rows][:3], "rows with a 'prompt' field")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise InvalidParameter("seeds", seeds, "a positive int")
+    if run_seeds is not None and (isinstance(run_seeds, bool) or not isinstance(run_seeds, int) or run_seeds < 1):
+        raise InvalidParameter("run_seeds", run_seeds, "None or a positive int")
+    if isinstance(sampling_runs, bool) or not isinstance(sampling_runs, int) or sampling_runs < 2:
+        raise InvalidParameter("sampling_runs", sampling_runs, "an int >= 2")
     perturb = default_perturb if perturb is None else perturb
     if not callable(perturb):
         raise InvalidParameter("perturb", perturb, "a callable PromptItem -> PromptItem")
@@ -291,14 +437,15 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
     cfg, plan = trainer.dp_config, trainer.dp_config.plan
     named = dict(trainer.model.named_parameters())
     dim = sum(named[k].numel() for k in trainer.private_parameters)
+    mode = check_mode_for(trainer, rows=len(rows), q=check_q, steps=check_steps)
 
-    sampler = trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), 0)
+    sampler = trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), 0, **mode.settings)
 
     def make_randomness(seed=None, release=False):
         # a fresh trainer is the randomness handle: its own coins (sample_coins), noise (privatize), release flag
         if release and seed is not None:
             raise InvalidParameter("seed", seed, "None: a release-mode trainer refuses a seed")
-        return trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), seed)
+        return trainer.fresh_copy(_empty_like(trainer.train_dataset, rows), seed, **mode.settings)
     def clipped_sum(batch, C=None):
         C = cfg.C if C is None else C
         return trainer.clipped_sum([_dp_clipped(trainer, trainer, it, C, cfg.C) for it in batch])
@@ -332,7 +479,9 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
         sample=lambda n, q: sampler.sample_coins(n, q),
         clip=lambda v, C: trainer.clip(v, C), make_randomness=make_randomness,
         privatize=lambda S, *, sigma, C, q, n: sampler.privatize(S, sigma=sigma, C=C, q=q, n=n),
-        whole_step=_whole_step(trainer, rows, dict(addition), seeds),
+        whole_step=_whole_step(trainer, rows, dict(addition), seeds, mode),
+        whole_run=_whole_run(trainer, rows, dict(addition), mode, _run_seeds(mode) if run_seeds is None else run_seeds,
+                             sampling_runs),
         accountant_event=plan.event, delta=plan.delta, user_epsilon=lambda: trainer.privacy_claim["epsilon"],
         C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=dim,
         target=f"trl:{type(trainer).__name__}", **grpo, **common)

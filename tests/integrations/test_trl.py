@@ -37,7 +37,8 @@ FAST_CHECKS = ("clip_contract", "poisson_sampling", "record_isolation", "noise_c
 
 
 BOUND_CHECKS = FAST_CHECKS + ("step_sensitivity", "step_public_outputs", "step_poisson_sampling",
-                              "sensitivity_add_remove", "public_normalisation", "loss_reference")
+                              "sensitivity_add_remove", "public_normalisation", "loss_reference",
+                              "run_sensitivity", "run_public_outputs", "run_poisson_sampling")
 # the checks that do not apply to the docs example's DPGRPOTrainer (β = 0, no chunking, no σ = 0 / C = ∞ step):
 # skipped with the reason (docs/integrations/trl.md, "Binding contract")
 NOT_APPLICABLE = ("constant_reward_groups", "chunk_identity", "nonprivate_equivalence")
@@ -52,7 +53,7 @@ def _example() -> str:
 
 
 def _audit_block() -> str:
-    return _python_blocks(DOC.read_text())[1]
+    return next(b for b in _python_blocks(DOC.read_text()) if "audit_scores_file" in b)
 
 
 def _count(block: str) -> int:
@@ -225,6 +226,7 @@ def test_plain_trl_batched_path_fails_isolation(tmp_path):
                               processing_class=tiny_tokenizer(), peft_config=_lora())
         b = bindings_for(trainer)
         assert b.precision == "float32" and b.whole_step is None and b.accountant_event is None
+        assert b.whole_run is None          # no noise to replay: the whole-run checks are not bound
         (r,) = run_suite(b, checks=["record_isolation"])
         results[(loss_type, scale)] = r
         assert r.status == "fail", r.message
