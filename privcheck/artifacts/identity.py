@@ -314,6 +314,16 @@ class VerificationBinding:
         return () if self.evidence is None else self.evidence.subject.differences
 
     @property
+    def check_mode_runs(self) -> dict:
+        """How the checks' own runs differed from the released run ({field: {"real", "checked"}}: a check-mode q,
+        seeds, a subset of the records, fewer steps), as every result's `inputs["check_mode"]` records it."""
+        out: dict = {}
+        for r in () if self.evidence is None else self.evidence.results:
+            for k, v in dict(r.inputs.get("check_mode") or {}).items():
+                out.setdefault(str(k), v)
+        return out
+
+    @property
     def complete(self) -> bool:
         """Verification of this run, every required check run and passed (or declared not applicable)."""
         return self.evidence is not None and not self.missing and not self.failed
@@ -332,6 +342,7 @@ class VerificationBinding:
         return {"trained": self.trained.to_json(),
                 "verified": None if self.evidence is None else self.evidence.identity.to_json(),
                 "check_mode_differences": [d.to_json() for d in self.differences],
+                "check_mode_runs": canonical(self.check_mode_runs),
                 "missing_checks": list(self.missing), "bound": self.evidence is not None,
                 "reason": "; ".join(self.blockers()) or None}
 

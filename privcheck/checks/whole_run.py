@@ -424,7 +424,7 @@ def _replayed_pairs(b, cases, seeds):
 def _coverage(b, cases, seeds) -> dict:
     """What the replayed pairs covered: positions of the differing record, its kinds, dataset sizes."""
     wr = _bindings(b)
-    pair_list = list(dict.fromkeys(pair for pair, *_ in _replayed_pairs(b, cases, seeds)))
+    pair_list = list({pair.label: pair for pair, *_ in _replayed_pairs(b, cases, seeds)}.values())
     return coverage(pair_list, removal=wr.removal, absent=wr.absent)
 
 
