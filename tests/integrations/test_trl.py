@@ -38,7 +38,7 @@ FAST_CHECKS = ("clip_contract", "poisson_sampling", "record_isolation", "noise_c
 
 BOUND_CHECKS = FAST_CHECKS + ("step_sensitivity", "step_public_outputs", "step_poisson_sampling",
                               "sensitivity_add_remove", "public_normalisation", "loss_reference",
-                              "run_sensitivity", "run_public_outputs", "run_poisson_sampling")
+                              "run_sensitivity", "run_public_outputs", "run_noise", "run_poisson_sampling")
 # the checks that do not apply to the docs example's DPGRPOTrainer (β = 0, no chunking, no σ = 0 / C = ∞ step):
 # skipped with the reason (docs/integrations/trl.md, "Binding contract")
 NOT_APPLICABLE = ("constant_reward_groups", "chunk_identity", "nonprivate_equivalence")

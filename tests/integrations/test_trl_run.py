@@ -266,7 +266,7 @@ def test_docs_whole_run_example(tmp_path, monkeypatch):
           "reward": digit_reward, "format_reward": format_reward, "PrintLogs": PrintLogs}
     exec(compile(_whole_run_block(), str(DOC), "exec"), ns)  # noqa: S102 - the documented example
     results, trainer = ns["results"], ns["trainer"]
-    assert [r.name for r in results] == ["run_sensitivity", "run_public_outputs", "run_poisson_sampling"]
+    assert [r.name for r in results] == ["run_sensitivity", "run_public_outputs", "run_noise", "run_poisson_sampling"]
     assert all(r.status == "pass" for r in results), [(r.name, r.message[:300]) for r in results]
     assert all(r.inputs["check_mode"]["dp_sampling_rate"] == {"real": 0.05, "checked": 0.5} for r in results)
     assert trainer.t == 100 and trainer.privacy_release is True
