@@ -315,7 +315,7 @@ def _trl_public(run) -> dict:
                           for i, cb in enumerate(run.callback_handler.callbacks)}}
 
 
-def _whole_run(trainer, rows, addition, mode: CheckMode, seeds: int, sampling_runs: int):
+def _whole_run(trainer, rows, addition, mode: CheckMode, seeds: int, sampling_runs: int, public=None):
     """`WholeRunBindings` driving a fresh copy's `train()`, TRL's loop with its callbacks, in check mode."""
     import os
 
@@ -338,7 +338,7 @@ def _whole_run(trainer, rows, addition, mode: CheckMode, seeds: int, sampling_ru
 
     return WholeRunBindings(run=run, records=rows, addition=addition, clip_norm=cfg.C, divisor=mode.divisor,
                             noise_multiplier=cfg.sigma, sampling_rate=mode.q, removal="drop", seeds=seeds,
-                            check_mode=record, sampling_runs=sampling_runs)
+                            check_mode=record, sampling_runs=sampling_runs, public=public)
 
 
 def _whole_step(trainer, rows, addition, seeds, mode: CheckMode):
@@ -391,7 +391,7 @@ def _logprob_cases(trainer, rows) -> list:
 def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition: Mapping | None = None,
                  perturb: Callable | None = None, seeds: int = 16, clip_norm: float | None = None,
                  precision: str | None = None, check_q: float | None = None, check_steps: int | None = None,
-                 run_seeds: int | None = None, sampling_runs: int = SAMPLING_RUNS):
+                 run_seeds: int | None = None, sampling_runs: int = SAMPLING_RUNS, public: Mapping | None = None):
     """`SuiteBindings` for a TRL `GRPOTrainer` (module docstring).
 
     `records`: the dataset rows the checks use (default the first `CHECK_RECORDS` rows of train_dataset; at
@@ -401,7 +401,8 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
     max_grad_norm, else 1.0); `precision`: default `precision_of(trainer.model)`. DP trainer only: `check_q`
     and `check_steps` override the derived check mode (`check_mode_for`); `run_seeds`: whole runs per
     neighbouring pair (default: the fewest with a miss probability below `RUN_MISS`); `sampling_runs`: whole
-    runs of run_poisson_sampling."""
+    runs of run_poisson_sampling; `public`: what else your run releases, {name: a dict or list your code fills, a
+    callable returning one, or a logging.Logger}, compared by the whole-run checks (`WholeRunBindings.public`)."""
     from privcheck.checks.common import SuiteBindings
 
     rows = _rows(trainer, records)
@@ -415,6 +416,8 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
         raise InvalidParameter("run_seeds", run_seeds, "None or a positive int")
     if isinstance(sampling_runs, bool) or not isinstance(sampling_runs, int) or sampling_runs < 2:
         raise InvalidParameter("sampling_runs", sampling_runs, "an int >= 2")
+    if public is not None and not isinstance(public, Mapping):
+        raise InvalidParameter("public", type(public).__name__, "None or a mapping {name: object}")
     perturb = default_perturb if perturb is None else perturb
     if not callable(perturb):
         raise InvalidParameter("perturb", perturb, "a callable PromptItem -> PromptItem")
@@ -481,7 +484,7 @@ def bindings_for(trainer, *, records: Sequence[Mapping] | None = None, addition:
         privatize=lambda S, *, sigma, C, q, n: sampler.privatize(S, sigma=sigma, C=C, q=q, n=n),
         whole_step=_whole_step(trainer, rows, dict(addition), seeds, mode),
         whole_run=_whole_run(trainer, rows, dict(addition), mode, _run_seeds(mode) if run_seeds is None else run_seeds,
-                             sampling_runs),
+                             sampling_runs, public),
         accountant_event=plan.event, delta=plan.delta, user_epsilon=lambda: trainer.privacy_claim["epsilon"],
         C=cfg.C, q=cfg.q, n=cfg.n, sigma=cfg.sigma, dim=dim,
         target=f"trl:{type(trainer).__name__}", **grpo, **common)

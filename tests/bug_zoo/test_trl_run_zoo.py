@@ -96,9 +96,25 @@ def test_correct_runs_pass_every_whole_run_check(tmp_path, callbacks, overrides)
         r = check(b)
         assert r.status == "pass", (name, r.message[:600])
         if name == "run_public_outputs":
-            assert r.observed["unobservable"] == [] and r.observed["fields_compared"] > 1000
+            # only TRL's progress bar (standard error, with wall-clock rates) differs between identical runs
+            assert all("stderr[" in f for f in r.observed["unobservable"]), r.observed["unobservable"]
+            assert r.observed["fields_compared"] > 1000
             assert r.observed["g_hat_replayed_through"] == ["update hook"]
     assert r.observed["rounds"] == 40 * 3          # run_poisson_sampling: 40 runs of the 3 check-mode steps
+
+
+@pytest.mark.slow
+def test_declared_metrics_dict_is_compared(tmp_path):
+    """A metrics dict outside the trainer is public once declared in one argument, `public=`; undeclared, the
+    whole run does not see it (docs/integrations/trl.md, "What the whole run observes")."""
+    metrics = _v("METRICS")
+    trainer = user_trainer(tmp_path, callbacks=("MetricsDict",))
+    r = whole_run.check_run_public_outputs(trainer.privcheck_bindings(public={"metrics": metrics}), **ONE_PAIR)
+    assert r.status == "fail" and any(".public.metrics.reward[" in f or f.startswith("public.metrics.reward[")
+                                      for f in r.observed["leak_fields"]), r.observed["leak_fields"][:20]
+    assert metrics == {}            # every run started from the dict's state, and it was put back
+    r = whole_run.check_run_public_outputs(trainer.privcheck_bindings(), **ONE_PAIR)
+    assert r.status == "pass", r.message[:400]
 
 
 @pytest.mark.slow

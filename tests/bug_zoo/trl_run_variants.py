@@ -15,8 +15,11 @@ from transformers import TrainerCallback
 from mechanisms.dpgrpo.trl import DPGRPOTrainer
 from tests.integrations.trl_tiny import digit_reward
 
-__all__ = ["HalveLROnPrivatePlateau", "HalveLROnRewardDrop", "LogsBatchSize", "LogsRewardMean", "PrintsRewardMean",
-           "PrivateCheckpoint", "PublicLogPrinter", "RunningNormaliser", "StopAfterExamples"]
+__all__ = ["METRICS", "HalveLROnPrivatePlateau", "HalveLROnRewardDrop", "LogsBatchSize", "LogsRewardMean",
+           "MetricsDict", "PrintsRewardMean", "PrivateCheckpoint", "PublicLogPrinter", "RunningNormaliser",
+           "StopAfterExamples"]
+
+METRICS: dict = {}      # a module-level metrics dict, as a user's dashboard code keeps one
 
 log = logging.getLogger("privcheck.tests.trl_run_variants")
 
@@ -24,6 +27,16 @@ log = logging.getLogger("privcheck.tests.trl_run_variants")
 def _reward_mean(trainer) -> float | None:
     """The last step's mean reward over its sampled prompts (private; None for an empty batch)."""
     return trainer.private_telemetry[-1]["reward_mean"] if trainer.private_telemetry else None
+
+
+class MetricsDict(TrainerCallback):
+    """Appends each step's private mean reward to the module-level `METRICS` dict (a dashboard's data)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        METRICS.setdefault("reward", []).append(_reward_mean(self.trainer))
 
 
 class LogsRewardMean(DPGRPOTrainer):
