@@ -19,7 +19,7 @@ import copy
 import torch
 
 from mechanisms.dpgrpo.trainer import DPTrainer
-from mechanisms.dpgrpo.whole_step import WHOLE_STEP_LAYOUT, whole_step_fixture
+from mechanisms.dpgrpo.whole_step import WHOLE_STEP_LAYOUT, layout_config
 from privcheck.errors import InvalidParameter
 
 __all__ = ["WHOLE_RUN_LAYOUT", "whole_run_bindings"]
@@ -34,30 +34,13 @@ def whole_run_bindings(fixture=None, trainer_cls=DPTrainer, *, steps: int | None
     """A `privcheck.checks.whole_run.WholeRunBindings` for `trainer_cls` (DPTrainer or a subclass) on the float64
     fixture (`whole_step_fixture(seed)` when None). `config` overrides the `DPGRPOConfig` fields of
     `WHOLE_RUN_LAYOUT` (n is fixed: n_records + 1 slots); `steps` rounds per run (≤ the accounted T)."""
-    from mechanisms.dpgrpo.config import DPGRPOConfig
     from mechanisms.dpgrpo.records import SlotUniverse
     from mechanisms.dpgrpo.tasks import reward
     from privcheck.checks.whole_run import WholeRunBindings
 
     L = WHOLE_RUN_LAYOUT
-    n_records = L["n_records"] if n_records is None else n_records
-    if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 2:
-        raise InvalidParameter("n_records", n_records, "an integer >= 2")
-    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, DPTrainer)):
-        raise InvalidParameter("trainer_cls", trainer_cls, "DPTrainer or a subclass")
-    if "n" in config:
-        raise InvalidParameter("n", config["n"], f"not set: the universe has n_records + 1 = {n_records + 1} slots")
-    if fixture is None:
-        fixture = whole_step_fixture(seed, n_records=n_records)
-    model, tok, records, replay = fixture
-    records = list(records)
-    if len(records) < n_records + 1:
-        raise InvalidParameter("fixture", len(records), f"a fixture with at least {n_records + 1} records")
+    n_records, (model, tok, records, replay), base_config = layout_config(fixture, trainer_cls, n_records, seed, config)
     n = n_records + 1
-    kwargs = dict(n=n, m=L["m"], T=L["T"], sigma=L["sigma"], C=L["C"], G=L["G"], L_max=L["L_max"],
-                  optimizer=L["optimizer"], lr=L["lr"], randomness=0, rollout_mode="replay", precision="float64")
-    kwargs.update(config)
-    base_config = DPGRPOConfig(**kwargs)       # validated before any run
     steps = L["steps"] if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= base_config.T:
         raise InvalidParameter("steps", steps, f"an integer in [1, {base_config.T}] (the accounted T)")

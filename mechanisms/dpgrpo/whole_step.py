@@ -46,7 +46,7 @@ import torch
 from mechanisms.dpgrpo.trainer import DPTrainer
 from privcheck.errors import InvalidParameter
 
-__all__ = ["WHOLE_STEP_LAYOUT", "whole_step_bindings", "whole_step_fixture", "whole_step_pool"]
+__all__ = ["WHOLE_STEP_LAYOUT", "layout_config", "whole_step_bindings", "whole_step_fixture", "whole_step_pool"]
 
 # C_unclipped: the second clip norm, above every record's gradient norm on the fixture (the unclipped regime)
 WHOLE_STEP_LAYOUT = {"n_records": 2, "G": 4, "L_max": 6, "m": 2, "T": 10, "sigma": 1.0, "C": 0.2, "lr": 0.05,
@@ -115,18 +115,11 @@ def whole_step_fixture(seed: int = 0, *, n_records: int = WHOLE_STEP_LAYOUT["n_r
     return reference_fixture(n_records=n_records + 1, G=L["G"], L_max=L["L_max"], seed=seed)
 
 
-def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int | None = None,
-                        seeds: int | None = None, seed: int = 0, unclipped_C: float | None = WHOLE_STEP_LAYOUT[
-                            "C_unclipped"], pool: bool = True, **config):
-    """A `privcheck.checks.whole_step.WholeStepBindings` for `trainer_cls` (a DPTrainer or subclass) on the
-    float64 fixture (built with `whole_step_fixture(seed)` when None). `config` overrides the `DPGRPOConfig`
-    fields of `WHOLE_STEP_LAYOUT` (n is fixed: n_records + 1 slots). `unclipped_C`: a second clip norm whose
-    bindings are attached as `regimes` {"C=<unclipped_C>"} (the regime is named "C=<C>"); None (or equal to C)
-    attaches none. `pool`: attach the adversarial pool (`whole_step_pool`) for the neighbour search."""
+def layout_config(fixture, trainer_cls, n_records, seed, config):
+    """(n_records, fixture, the `DPGRPOConfig` of `WHOLE_STEP_LAYOUT` with `config`'s overrides) for bindings of
+    `trainer_cls` on the float64 fixture (built with `whole_step_fixture(seed)` when None), validated before any
+    run: n is fixed (n_records + 1 slots)."""
     from mechanisms.dpgrpo.config import DPGRPOConfig
-    from mechanisms.dpgrpo.records import SlotUniverse
-    from mechanisms.dpgrpo.tasks import reward
-    from privcheck.checks.whole_step import StepRun, WholeStepBindings
 
     L = WHOLE_STEP_LAYOUT
     n_records = L["n_records"] if n_records is None else n_records
@@ -142,6 +135,26 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
     records = list(records)
     if len(records) < n_records + 1:
         raise InvalidParameter("fixture", len(records), f"a fixture with at least {n_records + 1} records")
+    kwargs = dict(n=n_records + 1, m=L["m"], T=L["T"], sigma=L["sigma"], C=L["C"], G=L["G"], L_max=L["L_max"],
+                  optimizer=L["optimizer"], lr=L["lr"], randomness=0, rollout_mode="replay", precision="float64")
+    kwargs.update(config)
+    return n_records, (model, tok, records, replay), DPGRPOConfig(**kwargs)
+
+
+def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int | None = None,
+                        seeds: int | None = None, seed: int = 0, unclipped_C: float | None = WHOLE_STEP_LAYOUT[
+                            "C_unclipped"], pool: bool = True, **config):
+    """A `privcheck.checks.whole_step.WholeStepBindings` for `trainer_cls` (a DPTrainer or subclass) on the
+    float64 fixture (built with `whole_step_fixture(seed)` when None). `config` overrides the `DPGRPOConfig`
+    fields of `WHOLE_STEP_LAYOUT` (n is fixed: n_records + 1 slots). `unclipped_C`: a second clip norm whose
+    bindings are attached as `regimes` {"C=<unclipped_C>"} (the regime is named "C=<C>"); None (or equal to C)
+    attaches none. `pool`: attach the adversarial pool (`whole_step_pool`) for the neighbour search."""
+    from mechanisms.dpgrpo.records import SlotUniverse
+    from mechanisms.dpgrpo.tasks import reward
+    from privcheck.checks.whole_step import StepRun, WholeStepBindings
+
+    L = WHOLE_STEP_LAYOUT
+    n_records, (model, tok, records, replay), base_config = layout_config(fixture, trainer_cls, n_records, seed, config)
     if unclipped_C is not None and (isinstance(unclipped_C, bool) or not isinstance(unclipped_C, (int, float))
                                     or not 0 < unclipped_C < float("inf")):
         raise InvalidParameter("unclipped_C", unclipped_C, "None or a finite number > 0")
@@ -152,10 +165,6 @@ def whole_step_bindings(fixture=None, trainer_cls=DPTrainer, *, n_records: int |
         candidates, extra = whole_step_pool((model, tok, records, replay))
         backend = _PoolReplay(replay, extra)
     n = n_records + 1
-    kwargs = dict(n=n, m=L["m"], T=L["T"], sigma=L["sigma"], C=L["C"], G=L["G"], L_max=L["L_max"],
-                  optimizer=L["optimizer"], lr=L["lr"], randomness=0, rollout_mode="replay", precision="float64")
-    kwargs.update(config)
-    base_config = DPGRPOConfig(**kwargs)       # validated before any build
     pristine = copy.deepcopy(model)
 
     def build(dataset, run_seed):

@@ -8,7 +8,8 @@ import math
 from dataclasses import fields, is_dataclass
 from typing import Mapping
 
-__all__ = ["compare_public", "flat_grads", "grad_dtype", "leaf_diff", "norm", "public_leaves", "write_grads"]
+__all__ = ["compare_public", "flat_grads", "grad_dtype", "leaf_diff", "norm", "public_leaves", "training_state",
+           "write_grads"]
 
 
 def flat_grads(params):
@@ -136,4 +137,28 @@ def compare_public(A: dict, B: dict, ulps: int, eps: float) -> dict:
         d = leaf_diff(A[key], B[key], ulps, eps)
         if d is not None:
             out[key] = d
+    return out
+
+
+def training_state(model, optimizer, prefix: str = "", out: dict | None = None) -> dict:
+    """The public state of a model and its optimizer as {dotted name: leaf}: every named parameter and buffer, every
+    param-group entry ("params" as parameter names) and the optimizer state keyed by parameter name (position in
+    the param groups for a parameter outside the model)."""
+    out = {} if out is None else out
+    named = list(model.named_parameters())
+    names = {id(p): k for k, p in named}
+    for k, p in named:
+        out[f"{prefix}parameters.{k}"] = p.detach().to("cpu").clone()
+    for k, buf in model.named_buffers():
+        out[f"{prefix}buffers.{k}"] = buf.detach().to("cpu").clone()
+    for gi, group in enumerate(optimizer.param_groups):
+        for key, v in group.items():
+            if key == "params":
+                out[f"{prefix}optimizer.param_groups[{gi}].params"] = tuple(names.get(id(p), "?") for p in v)
+            else:
+                public_leaves(f"{prefix}optimizer.param_groups[{gi}].{key}", v, out)
+    positional = {id(p): f"group{gi}.param{j}" for gi, g in enumerate(optimizer.param_groups)
+                  for j, p in enumerate(g["params"])}
+    for p, state in optimizer.state.items():
+        public_leaves(f"{prefix}optimizer.state[{names.get(id(p)) or positional.get(id(p), '?')}]", state, out)
     return out

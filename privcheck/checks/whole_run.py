@@ -48,7 +48,15 @@ from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import SkipCheck, evaluate
 from privcheck.checks.neighbours import coverage
 from privcheck.checks.neighbours import pairs as neighbour_pairs
-from privcheck.checks.observation import compare_public, flat_grads, grad_dtype, norm, public_leaves, write_grads
+from privcheck.checks.observation import (
+    compare_public,
+    flat_grads,
+    grad_dtype,
+    norm,
+    public_leaves,
+    training_state,
+    write_grads,
+)
 from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES
 from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.randomness import derive_seed
@@ -182,20 +190,7 @@ class RunSession:
         out: dict = {}
         for a, att in enumerate(self._attached):
             pre = f"attached[{a}]." if a else ""
-            named = list(att.model.named_parameters())
-            ids = {id(p): k for k, p in named}
-            for k, p in named:
-                out[f"{pre}parameters.{k}"] = p.detach().to("cpu").clone()
-            for k, buf in att.model.named_buffers():
-                out[f"{pre}buffers.{k}"] = buf.detach().to("cpu").clone()
-            for gi, group in enumerate(att.optimizer.param_groups):
-                for key, value in group.items():
-                    if key == "params":
-                        out[f"{pre}optimizer.param_groups[{gi}].params"] = tuple(ids.get(id(p), "?") for p in value)
-                    else:
-                        public_leaves(f"{pre}optimizer.param_groups[{gi}].{key}", value, out)
-            for p, state in att.optimizer.state.items():
-                public_leaves(f"{pre}optimizer.state[{ids.get(id(p), '?')}]", state, out)
+            training_state(att.model, att.optimizer, pre, out)
             if att.public_outputs is not None:
                 public_leaves(f"{pre}trainer", att.public_outputs(), out)
         for name, obj in self._declared.items():

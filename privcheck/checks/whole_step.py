@@ -56,7 +56,7 @@ from privcheck.checks.observation import compare_public as _compare_public
 from privcheck.checks.observation import flat_grads as _flat_grads
 from privcheck.checks.observation import grad_dtype as _grad_dtype
 from privcheck.checks.observation import norm as _norm
-from privcheck.checks.observation import public_leaves
+from privcheck.checks.observation import public_leaves, training_state
 from privcheck.checks.observation import write_grads as _write_grads
 from privcheck.errors import InvalidParameter
 
@@ -285,23 +285,7 @@ def _present(ws, dataset) -> list[int]:
 
 def _snapshot(run, ret, n_steps, applied) -> dict:
     """Every public output of a run after its step, as {dotted name: leaf}."""
-    out: dict = {}
-    named = list(run.model.named_parameters())
-    names = {id(p): k for k, p in named}
-    for k, p in named:
-        out[f"parameters.{k}"] = p.detach().to("cpu").clone()
-    for k, buf in run.model.named_buffers():
-        out[f"buffers.{k}"] = buf.detach().to("cpu").clone()
-    for gi, group in enumerate(run.optimizer.param_groups):
-        for key, v in group.items():
-            if key == "params":
-                out[f"optimizer.param_groups[{gi}].params"] = tuple(names.get(id(p), "?") for p in v)
-            else:
-                public_leaves(f"optimizer.param_groups[{gi}].{key}", v, out)
-    positional = {id(p): f"group{gi}.param{j}" for gi, g in enumerate(run.optimizer.param_groups)
-                  for j, p in enumerate(g["params"])}
-    for p, state in run.optimizer.state.items():
-        public_leaves(f"optimizer.state[{names.get(id(p)) or positional.get(id(p), '?')}]", state, out)
+    out = training_state(run.model, run.optimizer)
     public_leaves("telemetry", ret, out)
     if run.public_outputs is not None:
         public_leaves("public", run.public_outputs(), out)
