@@ -51,7 +51,9 @@ def test_variants_are_distinct_micro_batched_trainers():
         assert cls.clipped_sum is not DPTrainer.clipped_sum or cls.noisy_update is not DPTrainer.noisy_update
 
 
-@pytest.mark.parametrize("cls", CORRECT_VARIANTS, ids=lambda c: c.__name__)
+# one micro-batched shape in make test, the others in the slow tier (≈ 7 s each on 2 cores)
+@pytest.mark.parametrize("cls", [c if k == 0 else pytest.param(c, marks=pytest.mark.slow)
+                                 for k, c in enumerate(CORRECT_VARIANTS)], ids=lambda c: c.__name__)
 def test_correct_micro_batched_trainer_passes_every_whole_step_check(fixture, cls):
     b = SuiteBindings(whole_step=whole_step_bindings(fixture, cls), precision="float64")
     results = {name: WHOLE_STEP_CHECKS[name](b, **FAST.get(name, {})) for name in NAMES}
@@ -119,7 +121,8 @@ def plain_audit():
     return _audit(DPTrainer)
 
 
-@pytest.mark.parametrize("cls", [micro_batched(1), AccumulatedGradSum], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [micro_batched(1), pytest.param(AccumulatedGradSum, marks=pytest.mark.slow)],
+                         ids=lambda c: c.__name__)
 def test_canary_audit_of_a_micro_batched_trainer_has_the_plain_power(plain_audit, cls):
     """Same seed, same coins and noise: the frozen scores (and so ε_lower) equal the plain trainer's bit for bit
     (declared tolerance 0, module docstring). The plain bound is positive at this seed, so the micro-batched one is

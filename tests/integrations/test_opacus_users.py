@@ -123,6 +123,7 @@ def test_cnn_with_batch_memory_manager_passes_every_check():
     assert results["public_normalisation"].observed["max_ulp_vs_public_divisor"] <= 2
 
 
+@pytest.mark.slow
 def test_cnn_with_the_dp_loader_passes_every_check():
     engine, model, opt, sched, loader, step, _ = user_script()
     _assert_all_pass_but_known(_suite(engine, model, opt, loader, step)[1])
@@ -153,7 +154,8 @@ def test_sum_reduction_probe_divides_through_opacus():
     assert torch.equal(b.clipped_sum([GradientRecord(v)], 1.0), v)          # the run's own divisor: 1
 
 
-@pytest.mark.parametrize("physical", [None, 3], ids=["dp_loader", "batch_memory_manager"])
+@pytest.mark.parametrize("physical", [pytest.param(None, marks=pytest.mark.slow), 3],
+                         ids=["dp_loader", "batch_memory_manager"])
 def test_checks_leave_a_seeded_run_bit_identical(physical):
     """Seed, build, run every check, train 2 epochs: the parameters equal, bit for bit, those of the same seeded
     script trained without the checks (Opacus draws the Poisson coins and the noise from torch's global generator;
