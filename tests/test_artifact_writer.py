@@ -246,10 +246,15 @@ def test_the_manifest_never_reaches_outside_the_directory(tmp_path, valid_doc):
     (out / "link" / "precious.txt").unlink()
     (out / "link").rmdir()
     (out / "link").symlink_to(outside)                                  # the directory replaced by a link
-    (out / MANIFEST_NAME).write_text(json.dumps({"heads": {"verification.json": [
-        "link/precious.txt", "../outside/precious.txt", "/etc/passwd", "verification.json"]}}))
+    for listed, refusal in (("link/precious.txt", "without a symbolic link at"), ("../outside/precious.txt", "lists"),
+                            ("/etc/passwd", "lists")):
+        (out / MANIFEST_NAME).write_text(json.dumps({"heads": {"verification.json": [listed, "verification.json"]}}))
+        with pytest.raises(InvalidParameter, match=refusal):      # refused before anything is written
+            _commit(out, valid_doc, [])
+        assert (outside / "precious.txt").read_text() == "keep"
+    (out / "link").unlink()
+    (out / MANIFEST_NAME).unlink()
     _commit(out, valid_doc, [])
-    assert (outside / "precious.txt").read_text() == "keep"
     for reserved in (MANIFEST_NAME, ".privcheck.lock"):
         with ArtifactDirectory(out) as staging, pytest.raises(InvalidParameter, match="name"):
             staging.write_bytes(reserved, b"x")

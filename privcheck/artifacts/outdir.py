@@ -13,6 +13,13 @@
 * `hold_output_directory(out)` — what the artifact writer uses: nothing more when this process already holds the
   directory's lock (a command that claimed it), else a claim for the block.
 
+Planted entries: before any work, `claim_output_directory` refuses (`InvalidParameter`, exit 2, one line naming the
+entry and what it is) a symbolic link, FIFO, device node, socket or directory at a name privcheck writes there: the
+lock, the manifest, `OWNED_FILES`, `OWNED_DIRECTORIES` (a link or non-directory) and every name the manifest lists
+(a manifest listing a name outside the directory, '..' or absolute, is refused too). The lock is opened with
+O_NOFOLLOW | O_NONBLOCK and must be a regular file; `refuse_planted` and `open_no_follow` are the helpers the
+artifact writer uses for every other name (docs/artifacts.md, "Output directories").
+
 Every temporary name a writer creates in a directory starts with `leftover_prefix(kind)`, i.e.
 `.privcheck-<kind>.<pid>.`: the kind (a file being written, a staging or backup directory, a probe file) and the
 process that made it. Such an entry is *provably ours* (the name) and *stale* when its process no longer exists;
@@ -25,19 +32,30 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from privcheck.errors import InvalidParameter, PrivcheckError
 
-__all__ = ["LEFTOVER_KINDS", "LOCK_NAME", "OutputBusy", "check_output_directory", "claim_output_directory",
-           "hold_output_directory", "leftover_prefix", "remove_leftovers"]
+__all__ = ["LEFTOVER_KINDS", "LOCK_NAME", "MANIFEST_NAME", "OWNED_DIRECTORIES", "OWNED_FILES", "OutputBusy",
+           "check_output_directory", "claim_output_directory", "entry_kind", "hold_output_directory",
+           "leftover_prefix", "manifest_files", "open_no_follow", "read_regular", "refuse_planted",
+           "remove_leftovers"]
 
 LOCK_NAME = ".privcheck.lock"
+MANIFEST_NAME = ".privcheck-manifest.json"     # {"heads": {head document: [files its output wrote]}}
+# Names privcheck writes in an output directory whatever the command (checked before any work, with the names the
+# manifest lists); every other name a writer uses is checked before anything is moved into place (writer.py).
+OWNED_FILES = (LOCK_NAME, MANIFEST_NAME, "verification.json", "report.md", "audit.json", "compare.json",
+               "selection_simulation.json", "selection_run.json")
+OWNED_DIRECTORIES = ("private",)
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 LEFTOVER_KINDS = ("tmp", "staging", "backup", "probe")
 _LEFTOVER = re.compile(r"^\.privcheck-(" + "|".join(LEFTOVER_KINDS) + r")\.([1-9][0-9]{0,9})\.[A-Za-z0-9_]+$")
 
@@ -63,6 +81,106 @@ def _as_path(out, name: str) -> Path:
     if not isinstance(out, str) or not out.strip() or "\0" in out:
         raise InvalidParameter(name, out, "a non-empty directory path")
     return Path(out)
+
+
+def entry_kind(path) -> str | None:
+    """What is at `path`, not following a final symbolic link: None when nothing, else "a regular file",
+    "a directory", "a symbolic link", "a FIFO", "a device node", "a socket"."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def _planted(path: Path, kind: str, name: str, shown: str) -> InvalidParameter:
+    return InvalidParameter(name, shown, f"a directory without {kind} at {path}, a name privcheck writes (it never "
+                                         "follows or replaces one; remove it or choose another directory)")
+
+
+def refuse_planted(directory, files=(), directories=(), name: str = "out", shown: str | None = None) -> None:
+    """InvalidParameter naming the entry and what it is, when a name privcheck writes in `directory` is taken by
+    anything but what privcheck writes there: a file name (relative, '/'-separated) by anything but a regular
+    file, a directory name by anything but a directory, or a path through a symbolic link or a non-directory."""
+    directory = Path(directory)
+    shown = os.fspath(directory) if shown is None else shown
+    wanted = [(f, "a regular file") for f in files] + [(d, "a directory") for d in directories]
+    for rel, expected in wanted:
+        parts = PurePosixPath(rel).parts
+        path = directory
+        for i, part in enumerate(parts):
+            path = path / part
+            kind = entry_kind(path)
+            if kind is None:
+                break
+            if kind != (expected if i == len(parts) - 1 else "a directory"):
+                raise _planted(path, kind, name, shown)
+
+
+def open_no_follow(path, flags: int, mode: int = 0o600) -> int:
+    """os.open with O_NOFOLLOW | O_NONBLOCK (a symbolic link is refused, a FIFO never blocks); the descriptor
+    is closed again and OSError(ELOOP/EINVAL) raised unless it is a regular file."""
+    fd = os.open(path, flags | _NO_FOLLOW, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path) -> bytes:
+    """The bytes of the regular file at `path`, never following a final symbolic link or blocking on a FIFO
+    (OSError otherwise)."""
+    fd = open_no_follow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def manifest_files(directory, name: str = "out", shown: str | None = None) -> list[str]:
+    """Every file name the directory's manifest lists (heads and their files); [] when there is no manifest or
+    it is not JSON. InvalidParameter for a listed name that leaves the directory ('..', an absolute path): the
+    manifest was not written by privcheck, and no name of it is acted on."""
+    path = Path(directory) / MANIFEST_NAME
+    try:
+        raw = json.loads(read_regular(path).decode("utf-8"))
+    except (OSError, ValueError):
+        return []
+    heads = raw.get("heads") if isinstance(raw, dict) else None
+    if not isinstance(heads, dict):
+        return []
+    names = set()
+    for head, files in heads.items():
+        for f in [head] + (files if isinstance(files, list) else []):
+            if isinstance(f, str) and not _inside(f):
+                raise InvalidParameter(name, os.fspath(directory) if shown is None else shown,
+                                       f"a directory whose manifest lists only names inside it ({path} lists "
+                                       f"{f!r}; remove the manifest or choose another directory)")
+            if isinstance(f, str):
+                names.add(f)
+    return sorted(names)
+
+
+def _inside(text: str) -> bool:
+    """Whether `text` is a relative '/'-separated path that stays inside its directory (no '..', not absolute)."""
+    rel = PurePosixPath(text)
+    return bool(text.strip()) and "\0" not in text and not rel.is_absolute() and rel.parts not in ((), (".",)) \
+        and all(part not in ("..", "", ".") for part in text.split("/"))
 
 
 def _probe(directory: Path, name: str, shown: str) -> None:
@@ -108,8 +226,8 @@ def _make_dirs(path: Path) -> list[Path]:
 
 def _holder(lock: Path) -> str:
     try:
-        pid = lock.read_text(encoding="ascii").strip()
-    except OSError:
+        pid = read_regular(lock).decode("ascii").strip()
+    except (OSError, ValueError):
         return "another process"
     return f"process {pid}" if pid.isdigit() else "another process"
 
@@ -173,8 +291,14 @@ def claim_output_directory(out, name: str = "out"):
     fd = None
     key = None
     try:
+        if not created:                      # names privcheck writes: refused when planted, before any work
+            refuse_planted(anchor, OWNED_FILES, OWNED_DIRECTORIES, name, os.fspath(out))
+            refuse_planted(anchor, manifest_files(anchor, name, os.fspath(out)), (), name, os.fspath(out))
         while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = open_no_follow(lock, os.O_RDWR | os.O_CREAT)
+            except OSError:                  # planted between the check and the open
+                raise _planted(lock, entry_kind(lock) or "an entry", name, os.fspath(out)) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

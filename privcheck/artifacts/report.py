@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from privcheck.artifacts.integrity import check_artifact, count_checks, load_artifact, schema_problems
-from privcheck.artifacts.outdir import hold_output_directory
+from privcheck.artifacts.outdir import hold_output_directory, refuse_planted
 from privcheck.artifacts.seal import sha256_of
 from privcheck.artifacts.writer import ArtifactDirectory
 from privcheck.errors import InvalidParameter
@@ -179,6 +179,7 @@ def render_report(directory: str | Path) -> RenderedReport:
         raise InvalidParameter("dir", directory, "a directory containing verification.json")
     directory = Path(directory)
     artifact = directory / ARTIFACT
+    refuse_planted(directory, [ARTIFACT], name="dir")      # a link, FIFO, device or directory: never followed
     if not artifact.is_file():
         raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
     with hold_output_directory(directory, name="dir"):

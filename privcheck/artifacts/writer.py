@@ -11,6 +11,12 @@
   are removed; if the block raises, or a move fails, the staging directory is removed and every file of `out`
   is restored as it was.
 
+No link is followed: `write_atomic` refuses a path that is anything but a regular file (`refuse_planted`) and
+writes a fresh `mkstemp` file (O_EXCL) renamed over it; staged files are created O_CREAT | O_EXCL | O_NOFOLLOW;
+a commit refuses, before it moves anything, a final name taken by a link, FIFO, device, socket or a directory in
+place of a file (or a non-directory in place of a directory), and removes a stale file only when it is a regular
+file reached through real directories.
+
 Both hold the directory's lock (`privcheck.artifacts.outdir.hold_output_directory`: the command's claim, or
 their own), and every temporary name they use is one `outdir.remove_leftovers` recognises, so what a killed
 writer leaves behind is removed by the next writer of the directory. See docs/artifacts.md.
@@ -26,7 +32,16 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from privcheck.artifacts.integrity import ArtifactInconsistent, consistency_problems
-from privcheck.artifacts.outdir import LOCK_NAME, hold_output_directory, leftover_prefix
+from privcheck.artifacts.outdir import (
+    LOCK_NAME,
+    MANIFEST_NAME,
+    entry_kind,
+    hold_output_directory,
+    leftover_prefix,
+    open_no_follow,
+    read_regular,
+    refuse_planted,
+)
 from privcheck.artifacts.schema import SCHEMA_SUFFIX, schema_file, validate
 from privcheck.artifacts.seal import seal, sha256_of, verify_seal
 from privcheck.errors import InvalidParameter
@@ -37,7 +52,6 @@ __all__ = ["ArtifactDirectory", "DIR_MODE", "FILE_MODE", "MANIFEST_NAME", "canon
 
 FILE_MODE = 0o644
 DIR_MODE = 0o755
-MANIFEST_NAME = ".privcheck-manifest.json"     # {"heads": {head document: [files its output wrote]}}
 _RESERVED = (MANIFEST_NAME, LOCK_NAME)
 
 
@@ -59,7 +73,8 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
     """Write `data` to `path` so that readers see either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=leftover_prefix("tmp"), dir=path.parent)
+    refuse_planted(path.parent, [path.name], name="path", shown=os.fspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=leftover_prefix("tmp"), dir=path.parent)     # O_CREAT | O_EXCL: no link
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -72,6 +87,18 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
             os.unlink(tmp)
         raise
     return path
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write `data` to a new file at `path` (O_CREAT | O_EXCL | O_NOFOLLOW, fsynced); a regular file already
+    there (a name staged twice) is removed first, anything else is refused by the open."""
+    if entry_kind(path) == "a regular file":
+        os.unlink(path)
+    fd = open_no_follow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _sealed_and_valid(document, schema: str) -> dict:
@@ -130,7 +157,7 @@ def _read_manifest(directory: Path) -> dict[str, set[str]]:
     """{head document: files} of the directory's manifest; {} when there is none or it cannot be read (then no
     file is removed as stale: only names the manifest lists ever are)."""
     try:
-        raw = json.loads((directory / MANIFEST_NAME).read_text("utf-8"))
+        raw = json.loads(read_regular(directory / MANIFEST_NAME).decode("utf-8"))
     except (OSError, ValueError):
         return {}
     heads = raw.get("heads") if isinstance(raw, dict) else None
@@ -248,10 +275,7 @@ class ArtifactDirectory:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidParameter("data", type(data).__name__, "bytes")
         rel, dest = self._destination(name)
-        with open(dest, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        _write_new(dest, data)
         self._modes[rel] = self.file_mode if mode is None else mode
         return self.target.joinpath(*rel.parts)
 
@@ -305,19 +329,32 @@ class ArtifactDirectory:
             body = {"heads": {h: sorted(files) for h, files in sorted(after.items())},
                     "note": "files each head document's output wrote (privcheck, docs/artifacts.md); "
                             "removed as stale when that head is rewritten without them"}
-            (self.path / MANIFEST_NAME).write_bytes(dump_json(body))
+            _write_new(self.path / MANIFEST_NAME, dump_json(body))
         return sorted(stale)
 
     def _removable(self, name: str) -> Path | None:
-        """The stale file `name` in `target`, when it is a file (or link) inside `target`; None otherwise."""
-        final = self.target.joinpath(*PurePosixPath(name).parts)
-        if not final.is_symlink() and not final.is_file():
+        """The stale file `name` in `target`, when it is a regular file reached through real directories inside
+        `target` (no component a symbolic link); None otherwise: a link, a FIFO or a directory now at that name
+        is not what privcheck wrote and is left alone."""
+        parts = PurePosixPath(name).parts
+        if any(part in ("..", ".", "") for part in parts):
             return None
-        parent, root = os.path.realpath(final.parent), os.path.realpath(self.target)
-        return final if parent == root or parent.startswith(root + os.sep) else None
+        path = self.target
+        for part in parts[:-1]:
+            path = path / part
+            if entry_kind(path) != "a directory":
+                return None
+        final = path / parts[-1]
+        return final if entry_kind(final) == "a regular file" else None
+
+    def _refuse_planted(self, dirs, files) -> None:
+        """Before anything is moved: every name the commit writes in `target` must be absent or what privcheck
+        writes there (a real directory, a regular file); InvalidParameter naming the entry otherwise."""
+        refuse_planted(self.target, [rel.as_posix() for rel in files], [rel.as_posix() for rel in dirs])
 
     def _commit(self) -> None:
         dirs, others, documents = self._staged()
+        self._refuse_planted(dirs, others + documents + [PurePosixPath(MANIFEST_NAME)])
         stale = self._stage_manifest({rel.as_posix() for rel in others + documents})
         if (self.path / MANIFEST_NAME).exists():
             others.append(PurePosixPath(MANIFEST_NAME))
