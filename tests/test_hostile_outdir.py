@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from privcheck.artifacts import ArtifactDirectory, write_artifact
+from privcheck.artifacts import ArtifactDirectory, CheckResult, Claim, SuiteResult, write_artifact
 from privcheck.artifacts.outdir import LOCK_NAME
 from privcheck.artifacts.writer import MANIFEST_NAME
 from privcheck.cli import EXIT_USAGE
 from privcheck.errors import InvalidParameter
 from tests.cli_harness import patched_work, run_cli
-from tests.test_artifacts import _tiny_suite
 
 KINDS = ("link-to-file", "dangling-link", "link-to-directory", "fifo", "device", "directory")
 WHAT = {"link-to-file": "a symbolic link", "dangling-link": "a symbolic link", "link-to-directory": "a symbolic link",
@@ -31,7 +30,10 @@ FIGURE = {"title": "t", "x_label": "x", "y_label": "y", "x": [1, 2], "series": {
 
 
 def _suite(seed=None):
-    result = _tiny_suite(seed)
+    result = SuiteResult(name="tiny")
+    result.checks.append(CheckResult(name="one_plus_one", suite="tiny", passed=True, observed=2, expected=2,
+                                     tolerance=0, reference="arithmetic"))
+    result.claims.append(Claim(mechanism="m", epsilon=1.0, delta=1e-5, neighboring="add_remove", assumptions=("a",)))
     result.figures["curve"] = FIGURE                 # one plot: curve.png
     return result
 
@@ -120,17 +122,15 @@ def _refused(tmp_path, argv, out: Path, planted: Path, kind: str, outside: Outsi
 
 # ------------------------------------------------------------------ refused before any work: privcheck's own names
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", [LOCK_NAME, MANIFEST_NAME, "verification.json", "report.md", "curve.png",
-                                  "private"])
+@pytest.mark.parametrize(("name", "kind"), [
+    (name, kind) for name in (LOCK_NAME, MANIFEST_NAME, "verification.json", "report.md", "curve.png", "private")
+    for kind in KINDS if (name, kind) != ("private", "directory")])    # a private directory is what belongs there
 def test_verify_refuses_a_planted_entry_before_any_work(tmp_path, suites, name, kind):
     outside, out = Outside(tmp_path), tmp_path / "out"
     out.mkdir()
     if name != MANIFEST_NAME:                        # a previous output listed curve.png (a name it owns)
         (out / MANIFEST_NAME).write_text(json.dumps({"heads": {"verification.json": [
             "curve.png", "report.md", "verification.json"]}}))
-    if name == "private" and kind == "directory":
-        pytest.skip("a private directory is what privcheck writes there")
     _plant(out / name, kind, outside)
     _refused(tmp_path, ["verify", "--suite", "tiny", "--out", str(out)], out, out / name, kind, outside,
              VERIFY_WORK)
@@ -242,3 +242,18 @@ def test_a_stale_lock_file_is_reused_and_removed(tmp_path):
     (out / LOCK_NAME).write_text("999999999")
     outcome = run_cli([*ONE_RUN, "--out", str(out)], tmp_path)
     assert outcome.code == 0 and sorted(os.listdir(out)) == ["audit.json"], outcome
+
+
+def test_the_check_of_a_missing_directory_creates_nothing_beside_it(tmp_path, monkeypatch):
+    """The writability probe of a directory that does not exist yet goes inside it (created, then removed), never
+    into its parent: no moment where a file of privcheck's lies outside the output directory."""
+    import tempfile
+
+    from privcheck.artifacts import check_output_directory
+
+    seen = []
+    real = tempfile.mkstemp
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: (seen.append(Path(k["dir"])), real(*a, **k))[1])
+    out = tmp_path / "a" / "out"
+    check_output_directory(out)
+    assert seen == [out.absolute()] and sorted(os.listdir(tmp_path)) == []

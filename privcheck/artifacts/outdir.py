@@ -2,8 +2,9 @@
 
 * `check_output_directory(out)` — the directory a command will write, refused before any work when it cannot be
   written: an empty path, a path whose nearest existing part is a file, or a place where a probe file cannot be
-  created (read-only, no permission). The probe creates and removes one temporary file, because permission bits
-  say nothing for root or on read-only mounts.
+  created (read-only, no permission). The probe creates and removes one temporary file inside the directory
+  (creating and removing the directory when it is missing), because permission bits say nothing for root or on
+  read-only mounts; nothing is created beside it.
 * `claim_output_directory(out)` — the check, then an exclusive lock held for the `with` block: the lock file
   `LOCK_NAME` inside the directory, locked with `fcntl.flock`. A second writer of the same directory gets
   `OutputBusy` (naming the directory and the holder's pid) at once, before any work. A directory the claim created
@@ -206,7 +207,19 @@ def check_output_directory(out, name: str = "out") -> Path:
         existing = existing.parent
     if not existing.is_dir():
         raise InvalidParameter(name, shown, f"a directory path ({existing} is a file)")
-    _probe(existing, name, shown)
+    if existing == anchor:
+        _probe(anchor, name, shown)
+        return path
+    try:                                     # the probe goes inside the output directory, never beside it
+        created = _make_dirs(anchor)
+    except OSError as exc:
+        raise InvalidParameter(name, shown, f"a writable directory ({existing}: {exc.strerror or exc})") from None
+    try:
+        _probe(anchor, name, shown)
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
     return path
 
 
