@@ -257,3 +257,12 @@ def test_the_check_of_a_missing_directory_creates_nothing_beside_it(tmp_path, mo
     out = tmp_path / "a" / "out"
     check_output_directory(out)
     assert seen == [out.absolute()] and sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.parametrize("kind", ["link-to-file", "fifo", "directory"])
+def test_report_of_a_run_directory_refuses_a_planted_run_file(tmp_path, kind):
+    """`privcheck report DIR` on run artifacts reads every run-*.json: a FIFO would block it, a link lead outside."""
+    outside, out = Outside(tmp_path), tmp_path / "out"
+    out.mkdir()
+    _plant(out / "run-1.json", kind, outside)
+    _refused(tmp_path, ["report", str(out)], out, out / "run-1.json", kind, outside)

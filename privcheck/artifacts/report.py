@@ -201,6 +201,7 @@ def check_run_artifacts(directory: str | Path) -> list[tuple[Path, dict, list[st
     paths = sorted(directory.glob(RUN_ARTIFACTS)) if directory.is_dir() else []
     if not paths:
         raise InvalidParameter("dir", str(directory), "a directory containing verification.json or run-*.json")
+    refuse_planted(directory, [p.name for p in paths], name="dir")     # a FIFO would block the read; links: no
     out = []
     for path in paths:
         doc = load_artifact(path)
