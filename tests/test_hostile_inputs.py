@@ -235,3 +235,19 @@ def test_report_md_is_not_written_for_1e999(tmp_path):
     (tmp_path / "verification.json").write_text(json.dumps({"sha256": "0"})[:-1] + ', "x": 1e999}')
     refused(tmp_path, ["report", tmp_path], "artifact")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["verification.json"]
+
+
+def test_the_documented_limits_are_the_enforced_ones():
+    from pathlib import Path
+
+    from privcheck import inputs
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "artifacts.md").read_text(encoding="utf-8")
+    section = text.split("## Inputs: every file bounded before it is read", 1)[1].split("\n## ", 1)[0]
+    mib = 1 << 20
+    for kind, shown in (("history", "16 MiB"), ("artifact", "64 MiB"), ("scores.csv", "256 MiB"),
+                        ("scores.npz", "1 GiB"), ("config", "4 MiB")):
+        value, unit = shown.split()
+        assert inputs.LIMITS[kind] == int(value) * (mib if unit == "MiB" else 1024 * mib) and shown in section, kind
+    assert f"{inputs.MAX_CSV_FIELD:,} characters" in section and f"at most {inputs.MAX_DEPTH} levels" in section
+    assert f"at most {inputs.MAX_INT_DIGITS} digits" in section and inputs.MAX_NPZ_MEMBER_BYTES == 2048 * mib
+    assert inputs.MAX_TEXT_CHARS == 2 ** 20 and "2²⁰ characters" in section
