@@ -97,10 +97,14 @@ def test_a_fifo_scores_file_is_refused_without_blocking(tmp_path, ext):
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/full"])
 def test_a_device_behind_a_json_name_is_refused(tmp_path, device):
+    """In a child process with bounded address space: a regression reading the device fails, it cannot eat memory."""
     (tmp_path / "h.json").symlink_to(device)
-    assert "character device" in refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
     (tmp_path / "s.csv").symlink_to(device)
-    assert "character device" in refused(tmp_path, [*ONE_RUN, tmp_path / "s.csv"], "scores")
+    codes, err, _ = _in_child([[*ACCOUNT, str(tmp_path / "h.json")], [*ONE_RUN, str(tmp_path / "s.csv")]])
+    assert codes == [EXIT_USAGE, EXIT_USAGE], err
+    lines = err.splitlines()
+    assert len(lines) == 2 and all("character device" in line for line in lines), err
+    assert "invalid history" in lines[0] and "invalid scores" in lines[1], err
 
 
 def test_a_directory_is_refused(tmp_path):
@@ -251,3 +255,37 @@ def test_the_documented_limits_are_the_enforced_ones():
     assert f"{inputs.MAX_CSV_FIELD:,} characters" in section and f"at most {inputs.MAX_DEPTH} levels" in section
     assert f"at most {inputs.MAX_INT_DIGITS} digits" in section and inputs.MAX_NPZ_MEMBER_BYTES == 2048 * mib
     assert inputs.MAX_TEXT_CHARS == 2 ** 20 and "2²⁰ characters" in section
+
+
+def _in_child(argvs: list[list[str]]) -> tuple[list[int], str, int]:
+    """(exit codes, stderr, peak RSS in KiB) of `main(argv)` for each argv, in one child process limited to 4 GiB of
+    address space and 60 s."""
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import json, resource, sys; from privcheck.cli import main\n"
+            f"codes = [main(argv) for argv in {argvs!r}]\n"
+            "print(json.dumps([codes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                          preexec_fn=limit)
+    assert done.returncode == 0 and done.stdout.strip(), done
+    codes, peak = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, done.stderr, peak
+
+
+def test_peak_memory_stays_bounded_on_a_3e8_double_npz_and_a_2_gib_sparse_csv(tmp_path):
+    """Both refusals stay far below what reading them would take (2.4 GB for the doubles alone)."""
+    npz, csv_path = tmp_path / "s.npz", tmp_path / "s.csv"
+    with zipfile.ZipFile(npz, "w") as zf:
+        zf.writestr("scores.npy", _npy_header((300_000_000,)) + b"\0" * 64)
+    with open(csv_path, "wb") as fh:
+        fh.truncate(2 << 30)
+    codes, err, peak_kib = _in_child([[*ONE_RUN, str(npz)], [*ONE_RUN, str(csv_path)]])
+    assert codes == [EXIT_USAGE, EXIT_USAGE], err
+    assert peak_kib < 1 << 20, f"peak RSS {peak_kib >> 10} MiB"
