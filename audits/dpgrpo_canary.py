@@ -193,8 +193,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 
 def _model_dir(path) -> tuple[Path, dict]:
     """A local transformers model directory: config.json (a JSON object with a model_type) and weight files."""
-    import json
-
     if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)) or not str(path).strip():
         raise InvalidParameter("model", path, "a local transformers model directory (save_pretrained)")
     directory = Path(path)
@@ -204,10 +202,9 @@ def _model_dir(path) -> tuple[Path, dict]:
                                                    "(model.save_pretrained(dir); nothing is downloaded)")
     if not any(f.suffix in MODEL_WEIGHT_SUFFIXES for f in directory.iterdir()):
         raise InvalidParameter("model", str(path), "a directory holding *.safetensors or *.bin weights")
-    try:
-        cfg = json.loads(config.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        cfg = None
+    from privcheck.inputs import read_json
+
+    cfg = read_json(config, "config", "model")     # a regular file, bounded, strict JSON (privcheck.inputs)
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
         raise InvalidParameter("model", str(config), "a config.json object with a model_type")
     return directory, cfg

@@ -34,6 +34,7 @@ import io
 import json
 import numbers
 import re
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ import numpy as np
 from audits import canary as cn
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.inputs import csv_rows, npz_members, open_input, parse_json, read_input
 
 __all__ = ["COLUMNS", "EXTENSIONS", "FORMAT", "NPZ_OPTIONAL", "NPZ_REQUIRED", "ScoresFile", "audit_scores_file",
            "load_scores", "write_scores_file"]
@@ -131,16 +133,13 @@ def _format(value) -> None:
 def _preregistration(value, commitment: str) -> cn.Preregistration | None:
     if value is None:
         return None
-    try:
-        data = json.loads(value) if isinstance(value, str) else None
-    except json.JSONDecodeError:
-        data = None
+    data = parse_json(value, "scores.preregistration") if isinstance(value, str) else None
     if not isinstance(data, dict):
         raise InvalidParameter("scores.preregistration", value, "the JSON object of Preregistration.to_json()")
     try:
         data["family"] = tuple(tuple(pair) for pair in data.get("family") or ())
         prereg = cn.Preregistration(**data)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, InvalidParameter):
             raise InvalidParameter(f"scores.preregistration.{exc.name}", exc.value, exc.allowed) from None
         raise InvalidParameter("scores.preregistration", sorted(data),
@@ -181,7 +180,7 @@ def _read_csv(data: bytes) -> dict:
         if key in header:
             raise InvalidParameter(f"scores.{key}", "given twice", "one header line per key")
         header[key] = value
-    rows = list(csv.reader(io.StringIO("\n".join(lines[body_start:]))))
+    rows = csv_rows("\n".join(lines[body_start:]), "scores")
     rows = [r for r in rows if r]                       # blank lines
     if not rows:
         raise InvalidParameter("scores.columns", None, "a header row " + ",".join(COLUMNS))
@@ -232,13 +231,17 @@ def _scalar_text(arrays, key: str):
     return str(arr[()])
 
 
-def _read_npz(path: Path) -> dict:
+def _read_npz(path: Path, fh) -> dict:
+    from audits.pvalue import MAX_CANARIES
+
+    npz_members(fh, "scores", MAX_CANARIES)         # shapes and dtypes from the headers, before any array is read
+    fh.seek(0)
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with np.load(fh, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except ValueError as exc:            # object arrays (pickles) and non-npz bytes
         raise InvalidParameter("scores", str(path), f"an .npz of plain arrays, no pickles ({exc})") from None
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zipfile.BadZipFile, RuntimeError) as exc:
         raise InvalidParameter("scores", str(path), f"a readable .npz file ({exc.__class__.__name__})") from None
     unknown = sorted(set(arrays) - set(NPZ_REQUIRED + NPZ_OPTIONAL))
     if unknown:
@@ -268,10 +271,15 @@ def load_scores(path) -> ScoresFile:
     """Read and verify a `.csv` or `.npz` scores file (module docstring); InvalidParameter on any defect,
     including a membership that does not match the commitment."""
     path, ext = _extension(path)
-    if not path.is_file():
-        raise InvalidParameter("scores", str(path), "an existing .csv or .npz file")
-    data = path.read_bytes()
-    raw = _read_csv(data) if ext == ".csv" else _read_npz(path)
+    if ext == ".csv":
+        data = read_input(path, "scores.csv", "scores")
+        raw = _read_csv(data)
+        digest = hashlib.sha256(data).hexdigest()
+    else:
+        with open_input(path, "scores.npz", "scores") as fh:
+            raw = _read_npz(path, fh)
+            fh.seek(0)
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
     _format(raw["format"])
     commitment = _commitment(raw["commitment"])
     salt = _salt(raw["salt"])
@@ -298,7 +306,7 @@ def load_scores(path) -> ScoresFile:
         raise InvalidParameter("scores.preregistration.m", prereg.m, f"the file's {m} canaries")
     return ScoresFile(path=path, canary_ids=ids, scores=scores, member=member, commitment=commitment, salt=salt,
                       preregistration=prereg, canary_type=_text("canary_type", raw["canary_type"]),
-                      score_name=_text("score", raw["score"]), sha256=hashlib.sha256(data).hexdigest())
+                      score_name=_text("score", raw["score"]), sha256=digest)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -66,10 +66,8 @@ def _history(text: str):
     path = Path(text)
     if not path.suffix == ".json":
         return CompositionHistory.parse(text)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidParameter("history", text, f"a readable JSON file ({exc.__class__.__name__})") from None
+    from privcheck.inputs import read_json
+    doc = read_json(path, "history", "history")       # a regular file, bounded, strict JSON (privcheck.inputs)
     if isinstance(doc, dict) and isinstance(doc.get("phases"), list):
         try:
             return CompositionHistory(tuple(PoissonGaussianEvent(

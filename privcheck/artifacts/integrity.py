@@ -22,7 +22,8 @@ import jsonschema
 
 from privcheck.artifacts.schema import available_schemas, load_schema
 from privcheck.artifacts.seal import sha256_of
-from privcheck.errors import PrivcheckError
+from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.inputs import parse_json, read_input
 
 __all__ = ["ArtifactInconsistent", "ArtifactUnreadable", "check_artifact", "consistency_problems", "count_checks",
            "load_artifact", "schema_kind", "schema_problems"]
@@ -43,40 +44,19 @@ class ArtifactInconsistent(ValueError):
     """A document about to be written contradicts itself (a summary that does not match its data)."""
 
 
-def _no_duplicates(pairs):
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"duplicate key {next(k for k in keys if keys.count(k) > 1)!r}")
-    return dict(pairs)
-
-
-def _no_constant(name):
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def load_artifact(path) -> dict:
     """Read and parse a sealed artifact (module docstring); nothing is checked beyond its being one."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ArtifactUnreadable(path, "no such file") from None
-    except IsADirectoryError:
-        raise ArtifactUnreadable(path, "a directory, not a file") from None
-    except OSError as exc:
-        raise ArtifactUnreadable(path, exc.strerror or str(exc)) from None
-    except UnicodeDecodeError as exc:
-        raise ArtifactUnreadable(path, f"not UTF-8 text (byte {exc.start})") from None
-    if not text.strip():
+        data = read_input(path, "artifact", "artifact")
+    except InvalidParameter as exc:     # not a regular file, unreadable, over the size limit (privcheck.inputs)
+        raise ArtifactUnreadable(path, f"{exc.value}: allowed is {exc.allowed}") from None
+    if not data.strip():
         raise ArtifactUnreadable(path, "an empty file")
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        ends_early = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
-        what = "truncated JSON" if ends_early else "invalid JSON"
-        raise ArtifactUnreadable(path, f"{what} ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise ArtifactUnreadable(path, f"invalid JSON ({exc})") from None
+        doc = parse_json(data, "artifact")
+    except InvalidParameter as exc:     # not UTF-8, invalid or truncated, duplicate keys, NaN, 1e999, too deep
+        raise ArtifactUnreadable(path, f"{exc.value} (allowed: {exc.allowed})") from None
     if not isinstance(doc, dict):
         raise ArtifactUnreadable(path, f"a JSON {type(doc).__name__ if doc is not None else 'null'}, "
                                        "not an object (an artifact is one JSON object)")

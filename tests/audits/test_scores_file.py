@@ -235,7 +235,7 @@ def test_bad_npz_is_refused(tmp_path):
     np.savez(tmp_path / "pickled.npz", **dict(arrays, canary_ids=np.array([{"a": 1}] * M, dtype=object)))
     np.savez(tmp_path / "nonfinite.npz", **dict(arrays, scores=np.where(np.arange(M) == 3, np.nan, 0.0)))
     (tmp_path / "garbage.npz").write_bytes(b"not a zip")
-    for name, field in [("extra", "scores.arrays"), ("missing", "scores.arrays"), ("pickled", "scores"),
+    for name, field in [("extra", "scores.arrays"), ("missing", "scores.arrays"), ("pickled", "scores.canary_ids"),
                         ("nonfinite", "scores.score"), ("garbage", "scores")]:
         with pytest.raises(InvalidParameter) as err:
             sf.load_scores(tmp_path / f"{name}.npz")

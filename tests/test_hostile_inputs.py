@@ -1,0 +1,291 @@
+"""Issue 23: every file input is bounded before it is read (privcheck/inputs.py). Each hostile file given to the
+command line — a FIFO, /dev/zero, a sparse oversize file, an .npz whose header claims 3e8 doubles, a truncated .npz,
+an over-long CSV field, JSON nested 10⁵ deep, a 5,000-digit integer, 1e999, duplicate keys — exits 2 within seconds
+with one line naming the input, writes nothing, and `report` refuses before writing report.md."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import zipfile
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+from audits import canary as cn
+from audits.scores_file import write_scores_file
+from privcheck.cli import EXIT_USAGE
+from privcheck.errors import InvalidParameter
+from privcheck.inputs import LIMITS, MAX_DEPTH, json_depth, parse_json
+from tests.cli_harness import run_cli
+
+ACCOUNT = ["account", "dp-sgd", "--delta", "1e-5", "--history"]
+ONE_RUN = ["audit", "one-run", "--delta", "1e-5", "--k-plus", "2", "--scores"]
+SALT = bytes(range(32))
+M = 8
+
+
+@contextmanager
+def deadline(seconds: float):
+    """Fail (instead of hanging) when the block runs past `seconds`."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def refused(tmp_path, argv, name: str) -> str:
+    """`argv` exits 2 within 10 s with one stderr line naming `name`, nothing on stdout, nothing new written."""
+    with deadline(10):
+        outcome = run_cli([str(a) for a in argv], tmp_path)
+    shown = f"{argv}: {outcome}"
+    assert outcome.code == EXIT_USAGE and not outcome.argparse_exit, shown
+    assert len(outcome.err_lines) == 1 and "Traceback" not in outcome.err and outcome.out == "", shown
+    assert f"invalid {name}" in outcome.err or "cannot read artifact" in outcome.err, shown
+    assert not outcome.new_paths, shown
+    return outcome.err
+
+
+def _scores(tmp_path, ext=".csv", prereg=True):
+    signs = np.array([1, -1] * (M // 2))
+    ids = [f"c{i}" for i in range(M)]
+    commitment = cn.commit(signs, ids, SALT)
+    pre = cn.Preregistration(m=M, delta=1e-5, confidence=0.95, selection="explicit", k_plus=2, k_minus=0,
+                             commitment=commitment) if prereg else None
+    return write_scores_file(tmp_path / f"s{ext}", np.linspace(0, 1, M), signs, canary_ids=ids, salt=SALT,
+                             preregistration=pre)
+
+
+def _with_prereg(tmp_path, edit) -> str:
+    """A valid scores CSV whose preregistration header line is replaced by `edit(its JSON text)`."""
+    path = _scores(tmp_path)
+    lines = path.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("# preregistration: "))
+    lines[i] = "# preregistration: " + edit(lines[i][len("# preregistration: "):])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _npy_header(shape, dtype="<f8") -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buf.getvalue()           # magic, version 1.0, header: what np.load reads before any data
+
+
+# --- not a regular file ------------------------------------------------------------------------------------
+
+
+def test_a_fifo_history_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "h.json"
+    os.mkfifo(fifo)
+    assert "FIFO" in refused(tmp_path, [*ACCOUNT, fifo], "history")
+
+
+@pytest.mark.parametrize("ext", [".csv", ".npz"])
+def test_a_fifo_scores_file_is_refused_without_blocking(tmp_path, ext):
+    os.mkfifo(tmp_path / f"s{ext}")
+    assert "FIFO" in refused(tmp_path, [*ONE_RUN, tmp_path / f"s{ext}"], "scores")
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/full"])
+def test_a_device_behind_a_json_name_is_refused(tmp_path, device):
+    """In a child process with bounded address space: a regression reading the device fails, it cannot eat memory."""
+    (tmp_path / "h.json").symlink_to(device)
+    (tmp_path / "s.csv").symlink_to(device)
+    codes, err, _ = _in_child([[*ACCOUNT, str(tmp_path / "h.json")], [*ONE_RUN, str(tmp_path / "s.csv")]])
+    assert codes == [EXIT_USAGE, EXIT_USAGE], err
+    lines = err.splitlines()
+    assert len(lines) == 2 and all("character device" in line for line in lines), err
+    assert "invalid history" in lines[0] and "invalid scores" in lines[1], err
+
+
+def test_a_directory_is_refused(tmp_path):
+    (tmp_path / "d.json").mkdir()
+    assert "directory" in refused(tmp_path, [*ACCOUNT, tmp_path / "d.json"], "history")
+
+
+# --- size ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, kind", [("s.csv", "scores.csv"), ("h.json", "history")])
+def test_a_sparse_oversize_file_is_refused_from_its_metadata(tmp_path, name, kind):
+    path = tmp_path / name
+    with open(path, "wb") as fh:
+        fh.truncate(2 << 30 if kind == "scores.csv" else LIMITS[kind] + 1)     # sparse: no disk, no reading
+    argv = [*ONE_RUN, path] if kind == "scores.csv" else [*ACCOUNT, path]
+    assert f"at most {LIMITS[kind]} bytes" in refused(tmp_path, argv, kind.split(".")[0])
+
+
+def test_an_npz_header_claiming_3e8_doubles_is_refused_before_loading(tmp_path):
+    path = tmp_path / "s.npz"
+    with zipfile.ZipFile(path, "w") as zf:                  # 3e8 doubles claimed, a few bytes stored
+        zf.writestr("scores.npy", _npy_header((300_000_000,)) + b"\0" * 64)
+    assert "scores.scores" in refused(tmp_path, [*ONE_RUN, path], "scores.scores")
+
+
+def test_an_object_array_in_an_npz_is_refused(tmp_path):
+    path = tmp_path / "s.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("canary_ids.npy", _npy_header((3,), "|O") + b"\0" * 64)
+    assert "no objects" in refused(tmp_path, [*ONE_RUN, path], "scores.canary_ids")
+
+
+def test_a_truncated_npz_is_refused(tmp_path):
+    path = _scores(tmp_path, ".npz")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    refused(tmp_path, [*ONE_RUN, path], "scores")
+
+
+def test_an_intact_npz_still_loads(tmp_path):
+    from audits.scores_file import load_scores
+    assert load_scores(_scores(tmp_path, ".npz")).m == M
+
+
+def test_an_overlong_csv_field_is_refused(tmp_path):
+    path = _scores(tmp_path)
+    path.write_text(path.read_text() + "x" * 200_000 + ",0.5,1\n")
+    assert "characters" in refused(tmp_path, [*ONE_RUN, path], "scores")
+
+
+# --- JSON: depth, numbers, duplicate keys --------------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_depth_is_found_without_recursion_and_ignores_strings():
+    assert json_depth(DEEP) == 100_000
+    assert json_depth('{"a": "[[[[", "b": [1, {"c": "\\"]]"}]}') == 3
+    with pytest.raises(InvalidParameter, match="nested"):
+        parse_json("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "x")
+    assert parse_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, "x") is not None
+
+
+def test_deep_history_is_refused(tmp_path):
+    (tmp_path / "h.json").write_text(DEEP)
+    assert "nested" in refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
+
+
+def test_deep_preregistration_is_refused(tmp_path):
+    path = _with_prereg(tmp_path, lambda text: DEEP)
+    assert "nested" in refused(tmp_path, [*ONE_RUN, path], "scores.preregistration")
+
+
+def test_a_5000_digit_integer_in_a_history_is_refused(tmp_path):
+    (tmp_path / "h.json").write_text('{"phases": [{"noise_multiplier": 1.0, "sampling_rate": 0.01, "steps": '
+                                     + "9" * 5000 + "}]}")
+    assert "digits" in refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
+
+
+def test_1e999_in_a_history_and_in_a_family_is_refused(tmp_path):
+    (tmp_path / "h.json").write_text("[[1e999, 0.01, 10]]")
+    assert "finite" in refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
+    path = _with_prereg(tmp_path, lambda text: text.replace('"family":[]', '"family":[[1e999,1]]'))
+    assert "finite" in refused(tmp_path, [*ONE_RUN, path], "scores.preregistration")
+
+
+def test_duplicate_keys_in_a_history_phase_are_refused(tmp_path):
+    (tmp_path / "h.json").write_text('{"phases": [{"noise_multiplier": 1.0, "sampling_rate": 0.01, "steps": 10, '
+                                     '"noise_multiplier": 50.0}]}')
+    assert "duplicate key 'noise_multiplier'" in refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
+
+
+def test_duplicate_keys_in_a_preregistration_are_refused(tmp_path):
+    path = _with_prereg(tmp_path, lambda text: text.replace('"k_plus":2', '"k_plus":50,"k_plus":999'))
+    assert "duplicate key 'k_plus'" in refused(tmp_path, [*ONE_RUN[:-3], "--scores", path], "scores.preregistration")
+
+
+def test_a_valid_history_file_is_still_accounted(tmp_path):
+    (tmp_path / "h.json").write_text('{"phases": [{"noise_multiplier": 1.0, "sampling_rate": 0.01, "steps": 10}]}')
+    with deadline(60):
+        outcome = run_cli([*ACCOUNT, str(tmp_path / "h.json"), "--json"], tmp_path)
+    assert outcome.code == 0, outcome
+
+
+# --- artifacts given to `privcheck report` --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["1e999", "deep", "duplicate", "fifo", "sparse"])
+def test_report_refuses_a_hostile_artifact_before_writing(tmp_path, case):
+    artifact = tmp_path / "verification.json"
+    if case == "fifo":
+        os.mkfifo(artifact)
+    elif case == "sparse":
+        with open(artifact, "wb") as fh:
+            fh.truncate(LIMITS["artifact"] + 1)
+    else:
+        body = {"1e999": '{"sha256": "0", "x": 1e999}', "deep": '{"sha256": "0", "x": ' + DEEP + "}",
+                "duplicate": '{"sha256": "0", "status": "pass", "status": "fail"}'}[case]
+        artifact.write_text(body)
+    if case == "fifo":       # is_file() is false for a FIFO: refused as "no verification.json" before opening
+        with deadline(10):
+            outcome = run_cli(["report", str(tmp_path)], tmp_path)
+        assert outcome.code == EXIT_USAGE and len(outcome.err_lines) == 1 and not outcome.new_paths, outcome
+        return
+    err = refused(tmp_path, ["report", tmp_path], "artifact")
+    assert str(artifact) in err
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_report_md_is_not_written_for_1e999(tmp_path):
+    (tmp_path / "verification.json").write_text(json.dumps({"sha256": "0"})[:-1] + ', "x": 1e999}')
+    refused(tmp_path, ["report", tmp_path], "artifact")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["verification.json"]
+
+
+def test_the_documented_limits_are_the_enforced_ones():
+    from pathlib import Path
+
+    from privcheck import inputs
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "artifacts.md").read_text(encoding="utf-8")
+    section = text.split("## Inputs: every file bounded before it is read", 1)[1].split("\n## ", 1)[0]
+    mib = 1 << 20
+    for kind, shown in (("history", "16 MiB"), ("artifact", "64 MiB"), ("scores.csv", "256 MiB"),
+                        ("scores.npz", "1 GiB"), ("config", "4 MiB")):
+        value, unit = shown.split()
+        assert inputs.LIMITS[kind] == int(value) * (mib if unit == "MiB" else 1024 * mib) and shown in section, kind
+    assert f"{inputs.MAX_CSV_FIELD:,} characters" in section and f"at most {inputs.MAX_DEPTH} levels" in section
+    assert f"at most {inputs.MAX_INT_DIGITS} digits" in section and inputs.MAX_NPZ_MEMBER_BYTES == 2048 * mib
+    assert inputs.MAX_TEXT_CHARS == 2 ** 20 and "2²⁰ characters" in section
+
+
+def _in_child(argvs: list[list[str]]) -> tuple[list[int], str, int]:
+    """(exit codes, stderr, peak RSS in KiB) of `main(argv)` for each argv, in one child process limited to 4 GiB of
+    address space and 60 s."""
+    import resource
+    import subprocess
+    import sys
+
+    code = ("import json, resource, sys; from privcheck.cli import main\n"
+            f"codes = [main(argv) for argv in {argvs!r}]\n"
+            "print(json.dumps([codes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                          preexec_fn=limit)
+    assert done.returncode == 0 and done.stdout.strip(), done
+    codes, peak = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, done.stderr, peak
+
+
+def test_peak_memory_stays_bounded_on_a_3e8_double_npz_and_a_2_gib_sparse_csv(tmp_path):
+    """Both refusals stay far below what reading them would take (2.4 GB for the doubles alone)."""
+    npz, csv_path = tmp_path / "s.npz", tmp_path / "s.csv"
+    with zipfile.ZipFile(npz, "w") as zf:
+        zf.writestr("scores.npy", _npy_header((300_000_000,)) + b"\0" * 64)
+    with open(csv_path, "wb") as fh:
+        fh.truncate(2 << 30)
+    codes, err, peak_kib = _in_child([[*ONE_RUN, str(npz)], [*ONE_RUN, str(csv_path)]])
+    assert codes == [EXIT_USAGE, EXIT_USAGE], err
+    assert peak_kib < 1 << 20, f"peak RSS {peak_kib >> 10} MiB"
