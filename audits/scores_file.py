@@ -208,8 +208,8 @@ def _read_csv(data: bytes) -> dict:
     scores = []
     for n, r in enumerate(body, start=1):
         try:
-            scores.append(float(r[1]))
-        except ValueError:
+            scores.append(val.real_text("scores.score", r[1].strip()))
+        except InvalidParameter:
             raise InvalidParameter("scores.score", f"{r[1]!r} on data row {n}", "a finite number") from None
     members = []
     for n, r in enumerate(body, start=1):

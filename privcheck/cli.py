@@ -59,6 +59,16 @@ def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
 
 # --- subcommands --------------------------------------------------------------------------------------
 
+def _epsilon_in_range(eps: float, name: str, value) -> None:
+    """Refuse, naming the parameter `name` that drives it, an ε beyond the documented range of every ε figure,
+    (0, EPS_MAX = 10⁴] (docs/accounting.md: a larger ε is no guarantee, and 2Δ/σ with σ = 1e-300 would print 2e+300);
+    such an ε is never printed."""
+    from privcheck.accounting.gaussian import EPS_MAX
+    if not eps <= EPS_MAX:                   # NaN too
+        raise InvalidParameter(name, value, f"values whose epsilon is at most {EPS_MAX:g} (the range of every "
+                                            f"epsilon privcheck reports; here epsilon = {eps:.4g})")
+
+
 def _history(text: str):
     """--history: "σ:q:steps,..." or a JSON file holding [[σ, q, steps], ...] (an Opacus accountant's history) or
     {"phases": [{"noise_multiplier", "sampling_rate", "steps"}, ...]}."""
@@ -98,6 +108,9 @@ def cmd_account_dpsgd(args) -> int:
     floats = epsilon(event, args.delta, method="pld_float")
     rdp = epsilon(event, args.delta, method="rdp")
     main, others = (pld, (floats, rdp)) if args.accountant == "pld" else (rdp, (pld, floats))
+    for rec in (main, *others):
+        _epsilon_in_range(rec.value, *(("history", args.history) if args.history is not None
+                                       else ("noise_multiplier", args.noise_multiplier)))
     payload = {"epsilon": main.value, "delta": args.delta, "accountant": args.accountant,
                "cross_check": {"accountant": others[-1].method, "epsilon": jsonable(others[-1].value)},
                "cross_checks": {o.method: jsonable(o.value) for o in others},
@@ -141,6 +154,7 @@ def cmd_calibrate_steps(args) -> int:
 def cmd_account_gaussian(args) -> int:
     from privcheck.accounting import GaussianEvent, epsilon
     rec = epsilon(GaussianEvent(args.sigma, args.sensitivity), args.delta)
+    _epsilon_in_range(rec.value, "sigma", args.sigma)
     payload = {"epsilon": rec.value, "delta": args.delta, "enclosure": [rec.certified.lower, rec.certified.upper],
                "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
@@ -159,11 +173,13 @@ def cmd_account_privbon(args) -> int:
         raise InvalidParameter("candidates" if args.candidates is None else "r_max", None,
                                "--candidates and --r-max are given together")
     nominal = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, mode="nominal"))
+    _epsilon_in_range(nominal.value, "sigma", args.sigma)         # 2Δ/σ, before the bounded-range integral
     payload = {"epsilon": nominal.value, "epsilon_enclosure": _enclosure(nominal), "record": nominal.to_json()}
     rows = [("epsilon (2Δ/σ)", nominal.value)]
     if args.candidates is not None:
         exact = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, candidates=args.candidates, r_max=args.r_max,
                                      r_lo=args.r_lo))
+        _epsilon_in_range(exact.value, "sigma", args.sigma)
         payload.update(epsilon_bounded_range=exact.value, epsilon_bounded_range_enclosure=_enclosure(exact),
                        bounded_range_record=exact.to_json())
         rows.append((f"epsilon_bounded_range (n={args.candidates})", exact.value))
@@ -180,6 +196,8 @@ def cmd_account_privitp(args) -> int:
                            r_max=args.r_max, r_lo=args.r_lo)
     rec = epsilon(PrivITPEvent(params, args.lambda_tilde, None if args.fallback else args.halting_time))
     d = rec.details
+    _epsilon_in_range(d["eps1"], "sigma_x", args.sigma_x)
+    _epsilon_in_range(rec.value, "sigma_z", args.sigma_z)
     payload = {"eps1": d["eps1"], "kappa": d["kappa"]["value"], "kappa_acc": d["kappa_acc"]["value"],
                "eps2_post": d["eps2_post"]["value"], "epsilon": rec.value, "delta": args.delta, "c": d["c"],
                "halting_time": "fallback" if args.fallback else args.halting_time,
@@ -199,6 +217,7 @@ def cmd_account_rnm(args) -> int:
     from privcheck.accounting import GaussianReportNoisyMaxEvent, epsilon
     a, b = args.range
     rec = epsilon(GaussianReportNoisyMaxEvent(args.queries, args.sigma, args.sensitivity, a, b))
+    _epsilon_in_range(rec.value, "sigma", args.sigma)
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", "pure ex-ante (same loss for every output)")])
@@ -210,6 +229,7 @@ def cmd_account_at(args) -> int:
     a, b = args.range
     rec = epsilon(GaussianAboveThresholdEvent(args.halting_time, args.threshold, args.sigma_threshold,
                                               args.sigma_query, args.sensitivity, a, b))
+    _epsilon_in_range(rec.value, "sigma_query", args.sigma_query)
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", f"pure ex-post, for halting at round {args.halting_time}")])
@@ -219,6 +239,8 @@ def cmd_account_at(args) -> int:
 def cmd_convert_group(args) -> int:
     from privcheck.accounting import group_privacy
     rec = group_privacy(args.epsilon, args.delta, args.k)
+    _epsilon_in_range(args.epsilon, "epsilon", args.epsilon)
+    _epsilon_in_range(rec.value, "k", args.k)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "k": args.k, "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]), ("k", args.k)])
     return 0
@@ -227,6 +249,7 @@ def cmd_convert_group(args) -> int:
 def cmd_convert_replace_one(args) -> int:
     from privcheck.accounting import replace_one
     rec = replace_one(args.epsilon, args.delta)
+    _epsilon_in_range(rec.value, "epsilon", args.epsilon)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]),
                           ("neighboring", "replace_one")])
@@ -304,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _core_parser():
     """(parser, its subcommands action, the plugin verbs' subparsers, the --json parent) with privcheck's own
     commands only."""
-    p = argparse.ArgumentParser(prog="privcheck", description=__doc__.splitlines()[0], epilog=EXIT_STATUS_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="privcheck", description=__doc__.splitlines()[0], epilog=EXIT_STATUS_HELP,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"privcheck {privcheck.__version__}")
     p.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit 3)")
     sub = p.add_subparsers(dest="command", required=True)
@@ -457,8 +480,37 @@ def _register_plugins(verbs: dict, common: argparse.ArgumentParser) -> None:
             print(f"privcheck: warning: command plugin {ep.name!r} unavailable: {exc}", file=sys.stderr)
 
 
+LINE_MAX = 400      # characters of an error line (a value in it is cut first, to SHOWN_MAX)
+
+
 def _one_line(text: str) -> str:
-    return " ".join(str(text).splitlines())
+    """`text` on one line, at most LINE_MAX characters (a longer one ends in "… (N characters)")."""
+    line = " ".join(str(text).splitlines())
+    return line if len(line) <= LINE_MAX else f"{line[:LINE_MAX]}… ({len(line)} characters)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose error line (an unknown argument, an invalid choice: argparse echoes the value) is cut
+    like every other error line (`_one_line`); subcommand parsers are of the same class."""
+
+    def error(self, message: str):
+        super().error(_one_line(message))
+
+
+def _ascii_safe_output() -> None:
+    """On a terminal whose encoding cannot write every character (PYTHONIOENCODING=ascii, LC_ALL=C without UTF-8
+    mode), write σ, ε, … as backslash escapes instead of failing with UnicodeEncodeError."""
+    import codecs
+    for stream in (sys.stdout, sys.stderr):
+        encoding, reconfigure = getattr(stream, "encoding", None), getattr(stream, "reconfigure", None)
+        if reconfigure is None or not encoding:
+            continue
+        try:
+            if codecs.lookup(encoding).name.startswith("utf"):
+                continue
+            reconfigure(errors="backslashreplace")
+        except (LookupError, ValueError, OSError):      # an unknown codec, a closed or detached stream
+            continue
 
 
 def _os_error(exc: OSError) -> str:
@@ -522,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     --version leave through SystemExit, with status 2 and 0). Building the parser is guarded too: a plugin that
     fails while parsing, or Ctrl-C during its imports, is reported like any command."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    _ascii_safe_output()
     return _guarded(lambda: _parse_and_run(argv), "--debug" in argv)
 
 

@@ -1,7 +1,9 @@
 """argparse `type=` parsers shared by every `privcheck` subcommand.
 
-`number` and `integer` only turn text into a number; range checks (and their error messages naming the parameter)
-belong to the library function the command calls, so the CLI and the Python API reject the same values. `seed`
+`number` and `integer` only turn text into a number, in the one number grammar of `privcheck.validation.real_text`
+and `integer_text` (ASCII digits, no underscores or whitespace, at most NUMBER_TEXT_MAX characters); range checks
+(and their error messages naming the parameter) belong to the library function the command calls, so the CLI and
+the Python API reject the same values. `seed`
 is the exception: every seed flag follows the one seed rule (`privcheck.validation.seed`) at parse time, so a bad
 seed exits 2 before any command starts, whichever command it is given to.
 """
@@ -11,25 +13,30 @@ from __future__ import annotations
 import argparse
 
 from privcheck import validation
-from privcheck.errors import InvalidParameter
+from privcheck.errors import InvalidParameter, shown
 
 __all__ = ["integer", "number", "seed"]
 
 
+def _type_error(exc: InvalidParameter, what: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"not {what}: {shown(exc.value)}: allowed is {exc.allowed}")
+
+
 def number(text: str) -> float:
-    """A float as Python spells it ("0.5", "1e-5", "inf" are accepted; range checks come later)."""
+    """A float in the number grammar ("0.5", "1e-5", "-.5E3"; "inf", "1_0", "١" and "1\\n" are refused; range
+    checks come later)."""
     try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        return validation.real_text("value", text)
+    except InvalidParameter as exc:
+        raise _type_error(exc, "a number") from None
 
 
 def integer(text: str) -> int:
-    """A base-10 integer ("100"; "1e2" and "1.0" are refused)."""
+    """A base-10 integer in the integer grammar ("100"; "1e2", "1.0" and "1_000" are refused)."""
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        return validation.integer_text("value", text)
+    except InvalidParameter as exc:
+        raise _type_error(exc, "an integer") from None
 
 
 def seed(text: str) -> int:

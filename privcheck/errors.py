@@ -1,7 +1,18 @@
 """Typed errors. Every rejection of user input names the parameter and its allowed range."""
 
-__all__ = ["CalibrationMismatch", "CanariesNotObserved", "CannotObserve", "CertificationError", "InvalidParameter",
-           "PrivcheckError"]
+__all__ = ["SHOWN_MAX", "CalibrationMismatch", "CanariesNotObserved", "CannotObserve", "CertificationError",
+           "InvalidParameter", "PrivcheckError", "shown"]
+
+SHOWN_MAX = 200     # characters of a value an error message shows
+
+
+def shown(value, limit: int = SHOWN_MAX) -> str:
+    """repr(value) for an error message, cut to its first `limit` characters with "… (N characters)" after them
+    when longer (N: the length of a string value, else of its repr), so that a 1 MB value is not echoed whole."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(value) if isinstance(value, str) else len(text)} characters)"
 
 
 class PrivcheckError(Exception):
@@ -9,13 +20,14 @@ class PrivcheckError(Exception):
 
 
 class InvalidParameter(PrivcheckError, ValueError):
-    """A public parameter is outside its allowed range (or not a finite number)."""
+    """A public parameter is outside its allowed range (or not a finite number). The message shows at most
+    SHOWN_MAX characters of the value (`shown`)."""
 
     def __init__(self, name: str, value, allowed: str):
         self.name = name
         self.value = value
         self.allowed = allowed
-        super().__init__(f"invalid {name}={value!r}: allowed range is {allowed}")
+        super().__init__(f"invalid {name}={shown(value)}: allowed range is {allowed}")
 
 
 class CertificationError(PrivcheckError, ArithmeticError):

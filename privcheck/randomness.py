@@ -29,6 +29,7 @@ import numbers
 import os
 from dataclasses import dataclass
 
+from privcheck import validation
 from privcheck.errors import InvalidParameter
 
 __all__ = ["CALLER_GENERATOR", "CALLER_GENERATOR_REASON", "DEFAULT_NAMESPACE", "MODES", "OS_ENTROPY", "SEEDED",
@@ -45,18 +46,8 @@ _MASK63 = (1 << 63) - 1
 
 
 def _seed(name: str, value) -> int:
-    """A seed: an integer >= 0 (bools, negative numbers and non-integral floats rejected)."""
-    if isinstance(value, bool):
-        raise InvalidParameter(name, value, "an integer >= 0")
-    if isinstance(value, numbers.Integral):
-        n = int(value)
-    elif isinstance(value, numbers.Real) and float(value).is_integer():
-        n = int(value)
-    else:
-        raise InvalidParameter(name, value, "an integer >= 0")
-    if n < 0:
-        raise InvalidParameter(name, value, "an integer >= 0")
-    return n
+    """A seed: an integer in [0, SEED_MAX] (`privcheck.validation.seed`, the command line's seed range too)."""
+    return validation.seed(name, value)
 
 
 def _text(name: str, value) -> str:
@@ -110,7 +101,7 @@ class RandomnessPolicy:
 
     @classmethod
     def seeded(cls, seed, *, namespace: str = DEFAULT_NAMESPACE) -> "RandomnessPolicy":
-        """Reproducible mode (an integer seed >= 0); never a privacy release."""
+        """Reproducible mode (an integer seed in [0, 2^63 − 1]); never a privacy release."""
         return cls(SEEDED, _seed("seed", seed), namespace)
 
     @classmethod
@@ -120,14 +111,14 @@ class RandomnessPolicy:
 
     @classmethod
     def from_setting(cls, setting, *, namespace: str = DEFAULT_NAMESPACE) -> "RandomnessPolicy":
-        """`"os_entropy"` or None → OS entropy; an integer >= 0 → seeded; a policy → itself."""
+        """`"os_entropy"` or None → OS entropy; an integer in [0, 2^63 − 1] → seeded; a policy → itself."""
         if isinstance(setting, RandomnessPolicy):
             return setting
         if setting is None or (isinstance(setting, str) and setting == OS_ENTROPY):
             return cls.os_entropy(namespace=namespace)
         if isinstance(setting, numbers.Integral) and not isinstance(setting, bool):
             return cls.seeded(setting, namespace=namespace)
-        raise InvalidParameter("randomness", setting, "'os_entropy', None or an integer seed >= 0")
+        raise InvalidParameter("randomness", setting, "'os_entropy', None or an integer seed in [0, 2^63 - 1]")
 
     # ------------------------------------------------------------------ flags
 

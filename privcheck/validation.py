@@ -6,21 +6,51 @@ non-numbers are refused with the interval in the message), `count` the integer c
 samples, arrays) are checked against a stated maximum of what the method can use, defined once where the quantity
 is defined and named in the message ("an integer in [1, 10000000]"), never left to overflow. Every seed follows one
 rule, `seed`: an integer in [0, SEED_MAX].
+
+Numbers given as text (every command-line number flag, the `--history` phases "σ:q:steps", the scores of a CSV
+file) follow one grammar, `real_text` and `integer_text`: ASCII decimal digits only, at most NUMBER_TEXT_MAX
+characters, no underscores, no non-ASCII digits, no whitespace or newline anywhere. A real is
+`[+-]?(digits[.digits?] | .digits)([eE][+-]?digits)?`; an integer is `[+-]?digits` ("1e1" and "1.0" are not
+integers, wherever a count is read).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
 from decimal import Decimal
 
 from privcheck.errors import InvalidParameter
 
-__all__ = ["SEED_MAX", "closed_range", "count", "finite", "half_open_unit", "nonnegative", "open_unit",
-           "ordered_counts", "positive", "real", "real_array", "sampling_rate", "seed", "significance",
-           "unit_interval"]
+__all__ = ["INTEGER_TEXT", "NUMBER_TEXT_MAX", "REAL_TEXT", "SEED_MAX", "closed_range", "count", "finite",
+           "half_open_unit", "integer_text", "nonnegative", "open_unit", "ordered_counts", "positive", "real",
+           "real_array", "real_text", "sampling_rate", "seed", "significance", "unit_interval"]
 
 SEED_MAX = 2**63 - 1    # every seed flag and seed argument: [0, 2^63 − 1], what every generator we seed accepts
+NUMBER_TEXT_MAX = 100   # characters of a number given as text (a longer one is refused, never parsed)
+# [0-9], not \d: \d also matches Arabic-Indic, fullwidth and other Unicode digits, which float() and int() accept
+REAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_REAL_TEXT_ALLOWED = (f"an ASCII decimal number such as 0.5, -2, 1e-5 or .5E+3 (at most {NUMBER_TEXT_MAX} characters; "
+                      "no underscores, spaces or non-ASCII digits)")
+_INTEGER_TEXT_ALLOWED = (f"an ASCII base-10 integer such as 100 or -3 (at most {NUMBER_TEXT_MAX} characters; "
+                         "no exponent, decimal point, underscores, spaces or non-ASCII digits)")
+
+
+def real_text(name: str, text) -> float:
+    """The float of `text` in the number grammar (module docstring); InvalidParameter naming `name` otherwise. The
+    result may be ±inf for a huge exponent ("1e999"): finiteness and ranges are the caller's checks."""
+    if not isinstance(text, str) or len(text) > NUMBER_TEXT_MAX or REAL_TEXT.fullmatch(text) is None:
+        raise InvalidParameter(name, text, _REAL_TEXT_ALLOWED)
+    return float(text)
+
+
+def integer_text(name: str, text) -> int:
+    """The int of `text` in the integer grammar (module docstring); InvalidParameter naming `name` otherwise."""
+    if not isinstance(text, str) or len(text) > NUMBER_TEXT_MAX or INTEGER_TEXT.fullmatch(text) is None:
+        raise InvalidParameter(name, text, _INTEGER_TEXT_ALLOWED)
+    return int(text)
 
 
 def real(name: str, value, allowed: str) -> float:

@@ -74,13 +74,13 @@ def test_table_output_is_readable(capsys):
      "noise_multiplier"),
     (["account", "dp-sgd", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "0", "--delta", "1e-5"],
      "steps"),
-    (["account", "dp-sgd", "--sampling-rate", "0.1", "--noise-multiplier", "nan", "--steps", "1", "--delta", "1e-5"],
+    (["account", "dp-sgd", "--sampling-rate", "0.1", "--noise-multiplier", "1e999", "--steps", "1", "--delta", "1e-5"],
      "noise_multiplier"),
     (["account", "gaussian", "--sensitivity", "1", "--sigma", "1", "--delta", "1"], "delta"),
     (["calibrate", "dp-sgd", "--sampling-rate", "0.1", "--steps", "5", "--delta", "1e-5", "--epsilon", "0"],
      "epsilon"),
     (["convert", "group", "--epsilon", "1", "--delta", "1e-5", "--k", "0"], "k"),
-    (["convert", "replace-one", "--epsilon", "inf", "--delta", "1e-5"], "epsilon"),
+    (["convert", "replace-one", "--epsilon", "1e999", "--delta", "1e-5"], "epsilon"),
 ])
 def test_bad_input_exit_2_names_parameter(capsys, argv, name):
     assert main(argv) == 2
@@ -135,7 +135,7 @@ def test_core_command_help_is_the_same_without_plugins(capsys):
 
 def test_plugin_commands_are_built_without_their_heavy_modules(capsys, monkeypatch):
     """The whole parser (every plugin) is built while transformers, matplotlib and the DP-GRPO audit cannot be
-    imported: they load only when a command that needs them runs (or `audit dp-grpo --help` lists its presets)."""
+    imported: they load only when a command that needs them runs."""
     for name in ("transformers", "matplotlib", "audits.dpgrpo_canary", "audits.dpgrpo_input_canary"):
         monkeypatch.setitem(sys.modules, name, None)            # `import name` now raises ImportError
     with pytest.raises(SystemExit) as exc:

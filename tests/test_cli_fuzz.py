@@ -35,7 +35,7 @@ from tests.cli_harness import make_sandbox, patched_work, run_cli
 
 SWITCH = object()                       # a flag given without a value (store_true)
 BIG = str(10**30)
-NOT_NUMBERS = ("", "x", "1,5", "0x10")
+NOT_NUMBERS = ("", "x", "1,5", "0x10", "1_000", "\u0661\u0662", "\uff11", "1\n", " 1")   # ASCII decimal only
 NON_FINITE = ("nan", "inf", "-inf", "1e999")
 BAD_OUT = ("", " ", "{file}", "{file}/sub", "/proc/self/x")
 

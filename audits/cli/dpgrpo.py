@@ -27,16 +27,18 @@ any work and before anything is written (InvalidParameter, exit 2 through `privc
 
 from __future__ import annotations
 
-import argparse
 import io
 import time
 
 from privcheck.cli_args import integer, number, seed
 
-__all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "add_dpgrpo_parser", "cmd_audit_dpgrpo",
-           "plot_grid", "preset_from_args", "scores_png", "write_plots"]
+__all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "PRESET_NAMES", "add_dpgrpo_parser",
+           "cmd_audit_dpgrpo", "plot_grid", "preset_from_args", "scores_png", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
+# the names of audits.dpgrpo_canary.AUDIT_PRESETS, listed here so that `--help` imports neither that module nor torch
+# (tests/test_cli_grammar.py checks that the two agree)
+PRESET_NAMES = ("tiny-cpu",)
 BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
 BOUND_PLOT_FACTORS = (0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -46,7 +48,9 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
     p = audit_subparsers.add_parser(
         "dp-grpo", parents=[common],
         help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
-    p.add_argument("--preset", default="tiny-cpu", action=_PresetAction)
+    p.add_argument("--preset", default="tiny-cpu",
+                   help="audit preset (task, records and mechanism constants; with --model, the model is yours): "
+                        + ", ".join(PRESET_NAMES) + " (default tiny-cpu)")
     p.add_argument("--model", default=None, metavar="PATH",
                    help="your causal LM: a local transformers directory (save_pretrained; nothing is downloaded)")
     p.add_argument("--tokenizer", default=None, metavar="PATH",
@@ -66,24 +70,6 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
     p.add_argument("--q", type=number, default=None, help="Poisson sampling rate in (0, 1] (default: the preset's)")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
     p.set_defaults(func=cmd_audit_dpgrpo)
-
-
-class _PresetAction(argparse.Action):
-    """`--preset NAME`, stored as given (the audit checks it). Its help lists the registered presets and is built only
-    when help is printed: `audits.dpgrpo_canary` imports torch, which other commands never need."""
-
-    @property
-    def help(self) -> str:
-        from audits.dpgrpo_canary import AUDIT_PRESETS
-        return ("audit preset (task, records and mechanism constants; with --model, the model is yours): "
-                + ", ".join(sorted(AUDIT_PRESETS)) + " (default tiny-cpu)")
-
-    @help.setter
-    def help(self, value) -> None:        # argparse.Action.__init__ assigns help; the property above replaces it
-        pass
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, values)
 
 
 def _audit_function(canary_type):

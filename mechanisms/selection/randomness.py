@@ -28,6 +28,7 @@ import numpy as np
 
 from privcheck.errors import InvalidParameter
 from privcheck.randomness import CALLER_GENERATOR, MODES, OS_ENTROPY, SEEDED, RandomnessPolicy
+from privcheck.validation import SEED_MAX
 
 __all__ = ["CALLER_GENERATOR", "MODES", "OS_ENTROPY", "SEEDED", "NumpyRandomness", "as_randomness", "make_rng"]
 
@@ -77,11 +78,12 @@ class NumpyRandomness:
 
 
 def make_rng(seed: int | None = None) -> NumpyRandomness:
-    """OS-entropy randomness by default; `seed` (an integer ≥ 0) gives a reproducible, non-release source."""
+    """OS-entropy randomness by default; `seed` (an integer in [0, 2^63 − 1], the command line's seed range) gives a
+    reproducible, non-release source."""
     if seed is None:
         return NumpyRandomness.from_policy(RandomnessPolicy.os_entropy())
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or int(seed) < 0:
-        raise InvalidParameter("seed", seed, "None (OS entropy) or an integer >= 0")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= SEED_MAX:
+        raise InvalidParameter("seed", seed, f"None (OS entropy) or an integer in [0, {SEED_MAX}]")
     return NumpyRandomness.from_policy(RandomnessPolicy.seeded(int(seed)))
 
 
@@ -103,4 +105,4 @@ def as_randomness(rng) -> NumpyRandomness:
     if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
         return make_rng(int(rng))
     raise InvalidParameter("rng", type(rng).__name__, "None, a NumpyRandomness from make_rng(), a RandomnessPolicy, "
-                           "a seed (int >= 0) or a numpy.random.Generator")
+                           "a seed (int in [0, 2^63 - 1]) or a numpy.random.Generator")

@@ -184,20 +184,23 @@ class CompositionHistory(Event):
 
     @classmethod
     def parse(cls, text: str) -> "CompositionHistory":
-        """"σ:q:steps,σ:q:steps,..." (noise multiplier, sampling rate, steps per phase; the CLI form)."""
+        """"σ:q:steps,σ:q:steps,..." (noise multiplier, sampling rate, steps per phase; the CLI form). Each number
+        follows the command line's grammar (`privcheck.validation.real_text`; steps `integer_text`, like --steps),
+        with no space around it."""
         allowed = "comma-separated phases noise_multiplier:sampling_rate:steps, e.g. '1.0:0.05:100,0.8:0.05:100'"
         if not isinstance(text, str) or not text.strip():
             raise InvalidParameter("history", text, allowed)
         phases = []
         for part in text.split(","):
-            pieces = part.strip().split(":")
+            pieces = part.split(":")
             if len(pieces) != 3:
                 raise InvalidParameter("history", text, allowed)
-            try:
-                sigma, q = float(pieces[0]), float(pieces[1])
-                steps = int(pieces[2]) if pieces[2].strip().lstrip("+").isdigit() else float(pieces[2])
-            except ValueError:
-                raise InvalidParameter("history", text, allowed) from None
+            try:             # the number grammar of the command line: steps is an integer, as for --steps
+                sigma, q = v.real_text("history", pieces[0]), v.real_text("history", pieces[1])
+                steps = v.integer_text("history", pieces[2])
+            except InvalidParameter:
+                raise InvalidParameter("history", text, allowed + " (numbers in the command-line grammar: ASCII "
+                                       "digits, no spaces or underscores; steps an integer, 1e1 refused)") from None
             phases.append((sigma, q, steps))
         return cls(tuple(phases))
 

@@ -91,7 +91,7 @@ BAD = [
     (ONE_RUN[:-2] + ["--confidence", "1.0"], "confidence"),
     (ONE_RUN[:-2] + ["--confidence", "0"], "confidence"),
     (["audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "90", "--delta", "1.5"], "delta"),
-    (["audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "90", "--delta", "nan"], "delta"),
+    (["audit", "one-run", "--canaries", "1000", "--guesses", "100", "--correct", "90", "--delta", "1e999"], "delta"),
     (ONE_RUN + ["--epsilon-nominal", "-1"], "eps_nominal"),
     (["audit", "one-run", "--canaries", "1000", "--guesses", "100", "--delta", "1e-5"], "correct"),
     (["audit", "one-run", "--delta", "1e-5"], "canaries"),
