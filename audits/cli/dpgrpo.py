@@ -28,6 +28,7 @@ any work and before anything is written (InvalidParameter, exit 2 through `privc
 from __future__ import annotations
 
 import io
+import sys
 import time
 
 from privcheck.cli_args import integer, number, seed
@@ -43,6 +44,13 @@ BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bou
 BOUND_PLOT_FACTORS = (0.1, 0.3, 1.0, 3.0, 10.0)
 
 
+def _preset_names() -> tuple:
+    """The registered presets: `AUDIT_PRESETS` when audits.dpgrpo_canary is loaded (a preset registered by a plug-in
+    is listed), else `PRESET_NAMES` (building `--help` imports neither that module nor torch)."""
+    module = sys.modules.get("audits.dpgrpo_canary")
+    return tuple(sorted(module.AUDIT_PRESETS)) if module is not None else PRESET_NAMES
+
+
 def add_dpgrpo_parser(audit_subparsers, common) -> None:
     """Add `dp-grpo` under the `audit` verb (`audit_subparsers` is the verb's subparsers action)."""
     p = audit_subparsers.add_parser(
@@ -50,7 +58,7 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
         help="one-run audit of DP-GRPO with added canaries (gradient-space Dirac or input-space binary)")
     p.add_argument("--preset", default="tiny-cpu",
                    help="audit preset (task, records and mechanism constants; with --model, the model is yours): "
-                        + ", ".join(PRESET_NAMES) + " (default tiny-cpu)")
+                        + ", ".join(_preset_names()) + " (default tiny-cpu)")
     p.add_argument("--model", default=None, metavar="PATH",
                    help="your causal LM: a local transformers directory (save_pretrained; nothing is downloaded)")
     p.add_argument("--tokenizer", default=None, metavar="PATH",

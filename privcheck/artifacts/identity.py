@@ -233,7 +233,9 @@ class VerificationMismatch(InvalidParameter):
         self.trained = None if first is None else first.real
         self.verified = None if first is None else first.checked
         what = "; ".join(d.describe() for d in self.differences) or why
-        super().__init__("verification", f"{self.kind} verification ({what})", why)
+        super().__init__("verification", f"{self.kind} verification", why)
+        # every difference is named in full (the value cut of InvalidParameter is for values a user typed)
+        self.args = (f"invalid verification={self.kind} verification ({what}): allowed range is {why}",)
 
 
 class ForeignVerification(VerificationMismatch):
