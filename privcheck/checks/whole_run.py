@@ -41,6 +41,7 @@ import random
 import re
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -302,7 +303,10 @@ def _files(root: str) -> dict:
 
 def _execute(wr: WholeRunBindings, dataset, seed: int, replay: list | None = None) -> dict:
     """One whole run on `dataset` with `seed`, observed; `replay` = the reference run's steps (noise replay)."""
-    root = wr._cache.setdefault("root", tempfile.mkdtemp(prefix="privcheck-run-"))
+    root = wr._cache.get("root")
+    if root is None:       # private (0700) and removed with the bindings
+        root = wr._cache["root"] = tempfile.mkdtemp(prefix="privcheck-run-")
+        weakref.finalize(wr, shutil.rmtree, root, True)
     workdir = os.path.join(root, "run")          # the same path on every run: paths in logs compare equal
     shutil.rmtree(workdir, ignore_errors=True)
     os.mkdir(workdir, 0o700)

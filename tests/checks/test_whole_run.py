@@ -178,6 +178,20 @@ def test_cross_round_sampling_defect_is_caught():
     assert r.status == "fail" and "two consecutive rounds" in r.message and "p-value" in r.message
 
 
+def test_the_runs_scratch_directory_is_private_and_removed_with_the_bindings():
+    import gc
+    import os
+    import stat
+
+    b = suite(script(checkpoint="model"))
+    check_run_public_outputs(b)
+    root = b.whole_run._cache["root"]
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    del b
+    gc.collect()
+    assert not os.path.exists(root)
+
+
 def test_logging_handlers_are_removed():
     root = logging.getLogger()
     before = list(root.handlers)
