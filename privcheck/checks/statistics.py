@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import binom
 
-__all__ = ["DEFAULT_ALPHA", "binomial_agreement", "binomial_pvalues"]
+__all__ = ["DEFAULT_ALPHA", "binomial_agreement", "binomial_family", "binomial_pvalues"]
 
 DEFAULT_ALPHA = 1e-6
 
@@ -39,3 +39,22 @@ def binomial_agreement(counts, probs, alpha: float = DEFAULT_ALPHA) -> dict:
             "observed": (counts / n).tolist(), "expected": probs.tolist(),
             "tolerance": f"Bonferroni exact binomial, alpha={alpha}",
             "message": f"N={n}; worst cell {worst}: p-value {pvals[worst]:.3g} vs {alpha / probs.size:.3g}"}
+
+
+def binomial_family(tests, alpha: float) -> dict:
+    """Exact two-sided binomial tests of (label, count, trials, p), Bonferroni at `alpha` over the family:
+    {"report": {label: count, of, expected, p_value}, "failures": [...], "alpha_each", "worst": (p_value, label)}.
+    A failure names the count, its expectation, the p-value and its bound."""
+    import math
+
+    tests = list(tests)
+    alpha_each = alpha / max(1, len(tests))
+    report, failures, worst = {}, [], (math.inf, None)
+    for label, count, total, p in tests:
+        pval = float(binomial_pvalues(np.array([count, total - count]), np.array([p, 1 - p]))[0])
+        report[label] = {"count": count, "of": total, "expected": total * p, "p_value": pval}
+        worst = min(worst, (pval, label))
+        if pval < alpha_each:
+            failures.append(f"{label}: {count} of {total} (expected {total * p:.4g}, p-value {pval:.3g}; "
+                            f"bound: p-value ≥ {alpha_each:.3g})")
+    return {"report": report, "failures": failures, "alpha_each": alpha_each, "worst": worst}

@@ -624,7 +624,7 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
     def fn():
         import numpy as np
 
-        from privcheck.checks.statistics import binomial_pvalues
+        from privcheck.checks.statistics import binomial_family
 
         wr = _bindings(b)
         dataset = list(wr.records) + [wr.addition]
@@ -668,15 +668,9 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
                           math.comb(m, size) * q ** size * (1 - q) ** (m - size)))
         if N == 0:
             raise CannotObserve("the sampling", "no private round was taken in any run")
-        alpha_each = ALPHA / len(tests)
-        report, worst = {}, (math.inf, None)
-        for label, count, total, p in tests:
-            pval = float(binomial_pvalues(np.array([count, total - count]), np.array([p, 1 - p]))[0])
-            report[label] = {"count": count, "of": total, "expected": total * p, "p_value": pval}
-            worst = min(worst, (pval, label))
-            if pval < alpha_each:
-                failures.append(f"{label}: {count} of {total} (expected {total * p:.4g}, p-value {pval:.3g} < "
-                                f"{alpha_each:.3g})")
+        fam = binomial_family(tests, ALPHA)
+        report, worst, alpha_each = fam["report"], fam["worst"], fam["alpha_each"]
+        failures += fam["failures"]
         observed = {"runs": n_runs, "rounds": N, "present": present, "q": q, "tests": report,
                     "worst_p_value": worst[0], "worst_test": worst[1], "failures": failures[:20]}
         return {"passed": not failures, "observed": observed, "expected": {"mean_batch_size": q * m},

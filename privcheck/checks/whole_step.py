@@ -952,7 +952,7 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
         ws = _bindings(b)
         import numpy as np
 
-        from privcheck.checks.statistics import binomial_pvalues
+        from privcheck.checks.statistics import binomial_family
 
         full = list(ws.records) + [ws.addition]
         dataset = list(full)
@@ -981,16 +981,9 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
         for size in range(m + 1):
             tests.append((f"batch size {size}", int((sizes == size).sum()),
                           math.comb(m, size) * q ** size * (1 - q) ** (m - size)))
-        alpha_each = ALPHA / len(tests)
-        worst = (math.inf, None)
-        report = {}
-        for label, count, p in tests:
-            pval = float(binomial_pvalues(np.array([count, runs - count]), np.array([p, 1 - p]))[0])
-            report[label] = {"count": count, "expected": runs * p, "p_value": pval}
-            worst = min(worst, (pval, label))
-            if pval < alpha_each:
-                failures.append(f"{label}: {count} of {runs} runs (expected {runs * p:.3g}, p-value {pval:.3g}; "
-                                f"bound: p-value ≥ {alpha_each:.3g})")
+        fam = binomial_family([(label, count, runs, p) for label, count, p in tests], ALPHA)
+        report, worst, alpha_each = fam["report"], fam["worst"], fam["alpha_each"]
+        failures += fam["failures"]
         observed = {"runs": runs, "present": present, "q": q, "tests": report,
                     "mean_batch_size": float(sizes.mean()), "worst_p_value": worst[0], "worst_test": worst[1],
                     "failures": failures[:20]}
