@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch first, as the local CPU wheel: an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[train,plots,dev,integrations,ray]'
+	$(BIN)/python -m pip install -q -e '.[train,plots,dev,integrations,ray,sign]'
 	touch $(STAMP)
 
 verify: $(STAMP)

@@ -31,7 +31,7 @@ from scipy.stats import binom
 from audits import canary, gdp, multirun, one_run, strategies
 from audits.report import audit_document
 from privcheck.artifacts.records import SuiteResult
-from privcheck.checks import Recorder, all_of, at_most, within
+from privcheck.checks import Recorder, all_of, at_most, greater, judged, within
 
 __all__ = ["DEFAULT_SEED", "DELTA_GRPO", "FALSE_FAILURE", "check_blackbox_selection", "check_exact_validity",
            "check_independent_references", "check_null_scores", "check_randomised_response", "check_reference_values",
@@ -157,9 +157,9 @@ def check_exact_validity(rec: Recorder) -> None:
 def _binomial_frequency(count: int, trials: int, p: float) -> dict:
     """Pass unless `count` positives in `trials` is implausible (P[Bin(trials, p) ≥ count] < 1e-6)."""
     tail = float(binom.sf(count - 1, trials, p))
-    return {"passed": tail >= FALSE_FAILURE, "observed": count / trials, "expected": f"<= {p}",
-            "tolerance": f"one-sided exact binomial test at {FALSE_FAILURE}",
-            "message": f"{count}/{trials} positive; P[Bin({trials}, {p}) >= {count}] = {tail:.3g}"}
+    return judged({"kind": "binomial_upper_tail", "trials": trials, "p": p, "alpha": FALSE_FAILURE}, count / trials,
+                  f"<= {p}", f"one-sided exact binomial test at {FALSE_FAILURE}",
+                  f"{count}/{trials} positive; P[Bin({trials}, {p}) >= {count}] = {tail:.3g}")
 
 
 def check_null_scores(rec: Recorder, seq: np.random.SeedSequence) -> None:
@@ -236,7 +236,6 @@ def check_blackbox_selection(rec: Recorder, seed: int) -> None:
         lower, claim = report.result["eps_lower"], report.claim["epsilon"]
         rec.run(f"blackbox.{pair.pair_id}", lambda: all_of(
             at_most(lower, claim, 0.0, "ε_lower ≤ certified ε (a correct mechanism is never rejected)"),
-            {"passed": lower > 0, "observed": lower, "expected": "> 0", "tolerance": None,
-             "message": "the audit has power on the worst-case pair"}),
+            greater(lower, 0.0, "the audit has power on the worst-case pair")),
             reference="black-box pair audit on a worst-case pair; certified ε from privcheck.accounting",
             inputs={"pair": pair.pair_id, "samples_per_side": 20_000, "confidence": 1 - 1e-7, "seed": seed + k})

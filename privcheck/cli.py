@@ -259,13 +259,21 @@ def cmd_convert_replace_one(args) -> int:
 def cmd_verify(args) -> int:
     from privcheck.artifacts import claim_output_directory
     from privcheck.verify import run_verification, write_verification
+    key = None
+    if args.sign is not None:            # read before any work: a bad key file is a usage error, not a lost run
+        from privcheck.artifacts.signature import load_private_key
+        key = load_private_key(args.sign, "sign")
     with claim_output_directory(args.out, name="out") as out:
         doc = run_verification(args.suite, seed=args.seed)
-        path = write_verification(doc, out)
+        path = write_verification(doc, out, signing_key=key)
     s = doc["summary"]
     payload = {"status": doc["status"], "artifact": str(path), "sha256": doc["sha256"], **s}
     rows = [("status", doc["status"]), ("checks", f"{s['passed']}/{s['checks']} passed"),
             ("artifact", str(path)), ("report", str(Path(args.out) / "report.md")), ("sha256", doc["sha256"])]
+    if key is not None:
+        from privcheck.artifacts.signature import SIGNATURE, fingerprint
+        payload["signature"] = {"file": str(Path(args.out) / SIGNATURE), "fingerprint": fingerprint(key.public_key())}
+        rows.append(("signature", f"{Path(args.out) / SIGNATURE} (ed25519, {fingerprint(key.public_key())})"))
     rows += [("FAILED", c["name"]) for c in doc["checks"] if not c["passed"]]
     emit(args, payload, rows)
     return 0 if doc["status"] == "pass" else 1
@@ -293,19 +301,24 @@ def cmd_report(args) -> int:
     from privcheck.artifacts.report import ARTIFACT, EXIT_PROBLEMS, RUN_ARTIFACTS, render_report, warning_line
     if not (Path(args.dir) / ARTIFACT).is_file() and any(Path(args.dir).glob(RUN_ARTIFACTS)):
         return _report_runs(args)
-    done = render_report(args.dir)
+    done = render_report(args.dir, trust=args.trust)
     warning = warning_line(done.problems, str(done.artifact)) if done.problems else None
     counts = done.counts or {}
     payload = {"report": str(done.report), "artifact": str(done.artifact), "intact": not done.problems,
                "warning": warning, "problems": done.problems, "sha256": done.sha256,
                "sha256_recomputed": done.sha256_recomputed, "status": counts.get("status"),
                "checks": counts.get("checks"), "passed": counts.get("passed"), "failed": counts.get("failed"),
-               "suites": counts.get("suites")}
+               "suites": counts.get("suites"), "signature": done.signature, "rederived": list(done.rederived),
+               "not_rederived": list(done.not_rederived)}
     rows = [("problem", p) for p in done.problems]
     if counts:
         rows += [("status", f"{counts['status']} (counted from the checks)"),
-                 ("checks", f"{counts['passed']}/{counts['checks']} passed")]
+                 ("checks", f"{counts['passed']}/{counts['checks']} passed"),
+                 ("verdicts", f"{len(done.rederived)}/{counts['checks']} re-derived from the recorded figures"
+                              + (f"; not re-derivable: {len(done.not_rederived)} (listed in report.md)"
+                                 if done.not_rederived else ""))]
         rows += [(f"suite {name}", f"{c['passed']}/{c['checks']} passed") for name, c in counts["suites"].items()]
+    rows += [("signature", done.signature)] if done.signature is not None else []
     rows += [("sha256", done.sha256 + ("" if done.sha256 == done.sha256_recomputed else
                                        f" (MISMATCH: recomputed {done.sha256_recomputed})")),
              ("report", str(done.report))]
@@ -418,11 +431,17 @@ def _core_parser():
     v.add_argument("--suite", action="extend", nargs="+", metavar="NAME",
                    help="suite names (repeatable; default: all registered)")
     v.add_argument("--seed", type=seed, default=None, help="seed for suites with statistical checks, in [0, 2^63 − 1]")
+    v.add_argument("--sign", metavar="KEY", default=None,
+                   help="sign verification.json with this ed25519 private key (unencrypted PEM or OpenSSH file; "
+                        "needs privcheck[sign]), writing verification.signature.json")
     v.set_defaults(func=cmd_verify)
 
     r = sub.add_parser("report", parents=[common], help="render DIR/verification.json as Markdown, or check the run "
                                                         "artifacts DIR/run-*.json")
     r.add_argument("dir")
+    r.add_argument("--trust", metavar="PUBKEY", default=None,
+                   help="require DIR/verification.signature.json to be a valid ed25519 signature by this public key "
+                        "(PEM or OpenSSH file; needs privcheck[sign])")
     r.set_defaults(func=cmd_report)
 
     verbs = {"account": account, "calibrate": calibrate, "convert": convert,

@@ -14,7 +14,7 @@ __all__ = ["NUMERIC_PACKAGES", "OPTIONAL_PACKAGES", "environment", "git_commit",
 
 NUMERIC_PACKAGES = ("privcheck", "dp-accounting", "python-flint", "mpmath", "numpy", "scipy", "jsonschema")
 OPTIONAL_PACKAGES = ("torch", "transformers", "peft", "matplotlib", "hypothesis", "opacus", "trl", "accelerate",
-                     "datasets", "prv-accountant")
+                     "datasets", "prv-accountant", "cryptography")
 
 
 def package_version(name: str) -> str | None:

@@ -40,6 +40,8 @@ LIMITS = {                      # bytes of a file, per kind of input
     "scores.csv": 256 * MiB,    # a scores file as CSV (larger audits: use .npz)
     "scores.npz": 1024 * MiB,   # a scores file as .npz (compressed size; members are bounded by their headers)
     "config": 4 * MiB,          # a model's config.json
+    "key": 64 * 1024,           # an ed25519 key file (--sign KEY, --trust PUBKEY)
+    "signature": 64 * 1024,     # an artifact's detached signature document
 }
 MAX_DEPTH = 64                  # JSON nesting (arrays and objects)
 MAX_INT_DIGITS = 100            # digits of a JSON integer

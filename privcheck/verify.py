@@ -28,7 +28,7 @@ __all__ = ["ARTIFACT", "BUILTIN_SUITES", "SCHEMA", "SCHEMA_ID", "SCHEMA_VERSION"
            "run_verification", "write_verification"]
 
 SCHEMA_ID = "privcheck.verification/1"
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 SCHEMA = "verification"
 BUILTIN_SUITES = {"accounting": "privcheck.checks.accounting:run_suite"}
 
@@ -82,15 +82,22 @@ def run_verification(suites: list[str] | None = None, seed: int | None = None) -
     return doc
 
 
-def write_verification(doc: dict, out: str | Path) -> Path:
+def write_verification(doc: dict, out: str | Path, signing_key=None) -> Path:
     """Write verification.json, report.md and the plots into `out` together (one ArtifactDirectory: all of
     them or none; plots of an earlier run that this one does not make are removed); returns the path of
     verification.json. The document is checked as `privcheck report` checks it (seal, schema, summaries against
-    the checks) before anything is staged: ArtifactInconsistent if it does not check out."""
+    the checks, verdicts against their rules) before anything is staged: ArtifactInconsistent if it does not
+    check out. With `signing_key` (an ed25519 private key, `privcheck.artifacts.signature.load_private_key`) the
+    detached signature is written in the same commit; without it, a signature of an earlier run is removed."""
     problems = check_artifact(doc, SCHEMA)
     if problems:
         raise ArtifactInconsistent("; ".join(problems))
     with ArtifactDirectory(out) as staging:
-        write_report(doc, staging, problems)
+        signature = None
+        if signing_key is not None:
+            from privcheck.artifacts.signature import SIGNATURE, sign_document
+            signed = staging.write_json(SIGNATURE, sign_document(doc, signing_key, ARTIFACT))
+            signature = f"{signed['algorithm']} by {signed['fingerprint']}, written to {SIGNATURE}"
+        write_report(doc, staging, problems, signature=signature)
         staging.write_json(ARTIFACT, doc, schema=SCHEMA)
     return Path(out) / ARTIFACT

@@ -4,8 +4,6 @@ check out exits 1 with a first-line warning, unreadable input exits 2 with one e
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +17,8 @@ from privcheck.artifacts import (
 )
 from privcheck.artifacts.integrity import consistency_problems
 from privcheck.cli import main
+from tests.artifact_fixtures import copy_for_test, report, verify_suites
+from tests.artifact_fixtures import reseal as rewrite
 
 EXIT_PROBLEMS = 1          # docs/artifacts.md: the report's exit code for an artifact that does not check out
 
@@ -55,33 +55,20 @@ PLOTTED = {"alpha": "tests.test_report_integrity:_plotted_a", "beta": "tests.tes
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     """A verification artifact of 3 passing checks (alpha: 2, beta: 1), written once by `privcheck verify`."""
-    out = tmp_path_factory.mktemp("pristine") / "out"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("privcheck.verify.available_suites", lambda: SUITES)
-        assert main(["verify", "--out", str(out), "--suite", "alpha", "beta"]) == 0
-    return out
+    return verify_suites(tmp_path_factory.mktemp("pristine") / "out", SUITES)
 
 
 @pytest.fixture
 def sealed_dir(pristine, tmp_path, capsys):
     """A copy of the pristine artifact directory for one test to edit."""
-    capsys.readouterr()
-    return Path(shutil.copytree(pristine, tmp_path / "out"))
+    return copy_for_test(pristine, tmp_path, capsys)
 
 
 def _rewrite(out, mutate, *, reseal: bool):
-    path = out / "verification.json"
-    doc = json.loads(path.read_text())
-    mutate(doc)
-    if reseal:
-        doc = seal({k: v for k, v in doc.items() if k != "sha256"})
-    path.write_text(json.dumps(doc))
+    rewrite(out, mutate, reseal=reseal)
 
 
-def _report(out, capsys, *extra):
-    code = main(["report", str(out), *extra])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+_report = report
 
 
 def test_intact_artifact_reports_counts_recomputed_from_the_checks(sealed_dir, capsys):

@@ -38,7 +38,7 @@ from privcheck.accounting import (
     epsilon,
 )
 from privcheck.artifacts.records import Claim, SuiteResult
-from privcheck.checks import Recorder, all_of, at_most, within
+from privcheck.checks import Recorder, all_of, at_most, greater, within
 from privcheck.checks.statistics import binomial_agreement
 
 __all__ = ["DEFAULT_SEED", "REFERENCE", "run_suite"]
@@ -271,5 +271,5 @@ def _filter(rec: Recorder, rng: np.random.Generator) -> None:
             f.refuse(f"q{q}", worst, p.delta)
     rec.run("filter.adversarial_transcript_within_budget", lambda: all_of(
         at_most(f.spent, 10.0, 0.0, "certified spend ≤ E"),
-        {"passed": answered > 0, "observed": answered, "expected": "> 0", "tolerance": 0}),
+        greater(answered, 0, "at least one query answered")),
         reference="docs/selection.md (filter theorem)", inputs={"budget": 10.0, "queries": 100})

@@ -22,11 +22,12 @@ import jsonschema
 
 from privcheck.artifacts.schema import available_schemas, load_schema
 from privcheck.artifacts.seal import sha256_of
+from privcheck.artifacts.verdicts import rule_problem, verdict
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.inputs import parse_json, read_input
 
 __all__ = ["ArtifactInconsistent", "ArtifactUnreadable", "check_artifact", "consistency_problems", "count_checks",
-           "load_artifact", "schema_kind", "schema_problems"]
+           "load_artifact", "rederivable", "schema_kind", "schema_problems", "verdict_problems"]
 
 MAX_SCHEMA_PROBLEMS = 20        # a badly broken document would otherwise list every field
 
@@ -139,6 +140,131 @@ def _verification_rules(doc: dict) -> list[str]:
     if doc["privacy_release"] != doc["randomness"]["privacy_release"]:
         problems.append(f"privacy_release = {json.dumps(doc['privacy_release'])} contradicts "
                         f"randomness.privacy_release = {json.dumps(doc['randomness']['privacy_release'])}")
+    problems += verdict_problems(doc["checks"])
+    problems += _suite_problems(doc)
+    problems += _claim_problems(doc["claims"])
+    problems += _record_problems(doc["accounting_records"])
+    if doc["finished_utc"] < doc["created_utc"]:        # RFC 3339 UTC with the same "Z" form: text order is time
+        problems.append(f"finished_utc {doc['finished_utc']} is before created_utc {doc['created_utc']}")
+    return problems
+
+
+def _figures(c: dict) -> str:
+    def short(x):
+        text = json.dumps(x, sort_keys=True, ensure_ascii=False)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return f"observed {short(c['observed'])}, expected {short(c['expected'])}, tolerance {short(c['tolerance'])}"
+
+
+def verdict_problems(checks: list[dict]) -> list[str]:
+    """Each check that records a verdict rule (`privcheck.artifacts.verdicts`) is re-judged on its recorded figures:
+    a malformed rule, or a pass/fail verdict the rule does not give, is a problem."""
+    problems = []
+    for i, c in enumerate(checks):
+        rule = c.get("rule")
+        if rule is None:
+            continue
+        bad = rule_problem(rule)
+        if bad:
+            problems.append(f"checks[{i}] {c['name']!r}: malformed verdict rule: {bad}")
+            continue
+        if c.get("status", "pass" if c["passed"] else "fail") not in ("pass", "fail"):
+            continue                    # an error or a skip is not a comparison: nothing to re-derive
+        derived = verdict(rule, c["observed"], c["expected"], c["tolerance"])
+        if derived != c["passed"]:
+            problems.append(f"checks[{i}] {c['name']!r}: recorded {'pass' if c['passed'] else 'fail'}, but its rule "
+                            f"{rule['kind']!r} on its own figures gives {'pass' if derived else 'fail'} "
+                            f"({_figures(c)})")
+    return problems
+
+
+def rederivable(checks: list[dict]) -> tuple[list[str], list[str]]:
+    """(names of the checks whose verdict a report re-derives, names of those it cannot: no rule recorded, or an
+    error or skip, which are not comparisons)."""
+    done, not_done = [], []
+    for c in checks:
+        status = c.get("status") or ("pass" if c.get("passed") else "fail")
+        ok = isinstance(c.get("rule"), dict) and rule_problem(c["rule"]) is None and status in ("pass", "fail")
+        (done if ok else not_done).append(c.get("name"))
+    return done, not_done
+
+
+def _suite_problems(doc: dict) -> list[str]:
+    problems = []
+    listed = doc["suites"]
+    if len(set(listed)) != len(listed):
+        problems.append(f"suites {listed} lists a suite twice")
+    seen: dict[tuple, int] = {}
+    for i, c in enumerate(doc["checks"]):
+        key = (c["suite"], c["name"])
+        if key in seen:
+            problems.append(f"checks[{i}] {c['name']!r} of suite {c['suite']!r} duplicates checks[{seen[key]}]")
+        seen.setdefault(key, i)
+        if c["suite"] not in listed:
+            problems.append(f"checks[{i}] {c['name']!r} belongs to suite {c['suite']!r}, which is not among the "
+                            f"suites run {listed}")
+    ran = {c["suite"] for c in doc["checks"]}
+    problems += [f"suite {s!r} is listed as run but has no check" for s in listed if s not in ran]
+    return problems
+
+
+def _epsilon_problem(eps) -> str | None:
+    from privcheck.accounting.gaussian import EPS_MAX
+
+    if eps == "inf":
+        return None                     # "no finite guarantee" is a claim that can be made
+    if isinstance(eps, str) or not 0 <= eps <= EPS_MAX:
+        return f"outside [0, {EPS_MAX:g}] or +inf (the range of every epsilon privcheck states)"
+    return None
+
+
+def _claim_problems(claims: list[dict]) -> list[str]:
+    problems = []
+    for i, c in enumerate(claims):
+        bad = _epsilon_problem(c["epsilon"])
+        if bad:
+            problems.append(f"claims[{i}] {c['mechanism']!r}: epsilon {c['epsilon']!r} is {bad}")
+    return problems
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _certified_problems(where: str, value, cert) -> list[str]:
+    if not isinstance(cert, dict) or not (_real(cert.get("lower")) and _real(cert.get("upper"))):
+        return []
+    problems = []
+    if not cert["lower"] <= cert["upper"]:
+        problems.append(f"{where}: certified enclosure [{cert['lower']}, {cert['upper']}] is empty")
+    side = cert.get("side", "upper")
+    end = cert["lower"] if side == "lower" else cert["upper"]
+    if value != end:
+        problems.append(f"{where}: value {value!r} is not the enclosure's {'lower' if side == 'lower' else 'upper'} "
+                        f"end {end!r} (a reported privacy loss is the safe end of its enclosure)")
+    return problems
+
+
+def _record_problems(records: list[dict]) -> list[str]:
+    """The ranges of the accounting records (the schema requires their fields, not their types)."""
+    problems = []
+    for i, rec in enumerate(records):
+        where = f"accounting_records[{i}]"
+        value = rec.get("value")
+        if "quantity" in rec:
+            problems += _certified_problems(where, value, rec.get("certified"))
+            if rec.get("quantity") == "epsilon" and value != "inf" and not (_real(value) and value >= 0):
+                problems.append(f"{where}: epsilon {value!r} is negative or not a number")
+            continue
+        bracket, achieved, target = rec.get("bracket"), rec.get("achieved"), rec.get("target_epsilon")
+        if isinstance(bracket, list) and len(bracket) == 2 and all(map(_real, bracket)) and _real(value) \
+                and not bracket[0] <= value <= bracket[1]:
+            problems.append(f"{where}: calibrated {rec.get('parameter')} = {value!r} lies outside its bracket "
+                            f"{bracket}")
+        if isinstance(achieved, dict) and _real(achieved.get("value")) and _real(target) \
+                and achieved["value"] > target:
+            problems.append(f"{where}: calibrated {rec.get('parameter')} achieves epsilon {achieved['value']!r} "
+                            f"above its target {target!r} (calibration must land on the safe side)")
     return problems
 
 

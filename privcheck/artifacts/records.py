@@ -17,7 +17,10 @@ class CheckResult:
     """One verification check: what was compared with what, under which tolerance, and the verdict.
 
     `expected` names an independent reference (published figure, closed form, mpmath, dp-accounting);
-    `reference` says which. A check that could not run is a failure, never a skip.
+    `reference` says which. A check that could not run is a failure, never a skip. `rule`, when the check has one,
+    is how its verdict follows from (observed, expected, tolerance) as recorded (`privcheck.artifacts.verdicts`): a
+    result whose pass/fail verdict contradicts its own rule is refused, so an artifact can be re-derived by
+    `privcheck report`.
     """
 
     name: str
@@ -35,6 +38,20 @@ class CheckResult:
     # the `privcheck.artifacts.identity.Subject` of the bindings it ran on (set by `run_suite`): which trainer
     # the result verified; recorded by the run artifact's binding, not by `to_json`
     verified: Any = field(default=None, compare=False)
+    rule: Mapping[str, Any] | None = None
+
+    def _check_rule(self) -> None:
+        from privcheck.artifacts.verdicts import rule_problem, verdict
+
+        rule = jsonable(self.rule)
+        problem = rule_problem(rule)
+        if problem:
+            raise InvalidParameter("rule", rule, f"a verdict rule ({problem})")
+        if self.status in ("pass", "fail"):
+            derived = verdict(rule, jsonable(self.observed), jsonable(self.expected), jsonable(self.tolerance))
+            if derived != self.passed:
+                raise InvalidParameter("passed", self.passed, f"{derived}, the verdict of the check's own rule "
+                                                              f"{rule['kind']!r} on its figures")
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", MappingProxyType(dict(self.inputs)))
@@ -45,13 +62,15 @@ class CheckResult:
         if self.passed != (status == "pass"):
             raise InvalidParameter("passed", self.passed, f"{status == 'pass'} (True exactly when status is 'pass')")
         object.__setattr__(self, "status", status)
+        if self.rule is not None:
+            self._check_rule()
 
     def to_json(self) -> dict:
         return {"name": self.name, "suite": self.suite, "passed": self.passed,
                 "observed": jsonable(self.observed), "expected": jsonable(self.expected),
                 "tolerance": jsonable(self.tolerance), "reference": self.reference,
                 "inputs": jsonable(self.inputs), "message": self.message, "seconds": self.seconds,
-                "status": self.status, "precision": self.precision}
+                "status": self.status, "precision": self.precision, "rule": jsonable(self.rule)}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from privcheck.artifacts.integrity import check_artifact, count_checks, load_artifact, schema_problems
+from privcheck.artifacts.integrity import (
+    check_artifact,
+    count_checks,
+    load_artifact,
+    rederivable,
+    schema_problems,
+    verdict_problems,
+)
 from privcheck.artifacts.outdir import hold_output_directory, refuse_planted
 from privcheck.artifacts.seal import sha256_of
 from privcheck.artifacts.writer import ArtifactDirectory
@@ -45,8 +52,10 @@ def warning_line(problems: list[str], artifact: str = ARTIFACT) -> str:
             f"verified and may have been edited after sealing")
 
 
-def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None = None) -> str:
-    """report.md for a verification artifact; `problems` defaults to `check_artifact(doc, "verification")`."""
+def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None = None,
+                    signature: str | None = None) -> str:
+    """report.md for a verification artifact; `problems` defaults to `check_artifact(doc, "verification")`;
+    `signature` is the one-line account of its signature (`privcheck.artifacts.signature`), when one was looked at."""
     problems = check_artifact(doc, KIND) if problems is None else problems
     out = io.StringIO()
     w = out.write
@@ -69,7 +78,17 @@ def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None
     recomputed = sha256_of(doc)
     seal_state = "intact, recomputed" if recomputed == doc["sha256"] else \
         f"MISMATCH: recomputed `{recomputed}`, the document was edited after sealing"
-    w(f"- sha256: `{doc['sha256']}` ({seal_state})\n\n")
+    w(f"- sha256: `{doc['sha256']}` ({seal_state})\n")
+    if signature is not None:
+        w(f"- signature: {signature}\n")
+    done, not_done = rederivable(doc["checks"])
+    w(f"- verdicts re-derived from the recorded figures: {len(done)} of {len(doc['checks'])} checks"
+      + (" (see the warning above)" if verdict_problems(doc["checks"]) else " (every one agrees with its figures)")
+      + "\n")
+    if not_done:
+        w(f"- not re-derivable ({len(not_done)}: no verdict rule recorded, or an error or skip): "
+          + ", ".join(f"`{n}`" for n in not_done) + "\n")
+    w("\n")
 
     w("## Suites\n\n| suite | checks | passed | failed |\n|---|---|---|---|\n")
     for name, c in counts["suites"].items():
@@ -99,13 +118,14 @@ def render_markdown(doc: dict, plots: list[str] = (), problems: list[str] | None
     if doc["accounting_records"]:
         w("\n## Accounting records\n\n| quantity | value | method | inputs | enclosure |\n|---|---|---|---|---|\n")
         for rec in doc["accounting_records"]:
+            # the schema requires only some fields of a record: a hand-made one is shown, never trusted to have more
             if "quantity" in rec:
                 cert = rec.get("certified")
-                enc = f"[{cert['lower']:.12g}, {cert['upper']:.12g}]" if cert else "—"
+                enc = f"[{_fmt(cert.get('lower'))}, {_fmt(cert.get('upper'))}]" if isinstance(cert, dict) else "—"
                 w(f"| {rec['quantity']} | {_fmt(rec['value'])} | {rec['method']} | {_fmt(rec['inputs'])} | {enc} |\n")
             else:
                 w(f"| {rec['parameter']} (calibrated) | {_fmt(rec['value'])} | bisection on PLD | "
-                  f"{_fmt(rec['inputs'])} | bracket {rec['bracket']} |\n")
+                  f"{_fmt(rec.get('inputs'))} | bracket {_fmt(rec['bracket'])} |\n")
 
     for name in plots:
         w(f"\n![{name}]({name})\n")
@@ -146,14 +166,15 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     return images
 
 
-def write_report(doc: dict, staging: ArtifactDirectory, problems: list[str] | None = None) -> list[str]:
+def write_report(doc: dict, staging: ArtifactDirectory, problems: list[str] | None = None,
+                 signature: str | None = None) -> list[str]:
     """Stage report.md and the plots of `doc` in `staging` (no plots for a document that fails its schema);
     returns the plot file names."""
     problems = check_artifact(doc, KIND) if problems is None else problems
     images = {} if schema_problems(doc, KIND) else render_plots(doc)
     for name, data in images.items():
         staging.write_bytes(name, data)
-    staging.write_text("report.md", render_markdown(doc, list(images), problems))
+    staging.write_text("report.md", render_markdown(doc, list(images), problems, signature))
     return list(images)
 
 
@@ -168,28 +189,49 @@ class RenderedReport:
     counts: dict | None
     sha256: str
     sha256_recomputed: str
+    rederived: list[str] = ()           # names of the checks whose verdict was re-derived from their figures
+    not_rederived: list[str] = ()       # names of those that could not be (no rule, or an error or skip)
+    signature: str | None = None        # the account of its signature, when one was present or required
 
 
-def render_report(directory: str | Path) -> RenderedReport:
-    """Check DIR/verification.json and (re)write DIR/report.md and its plots together, under the directory's lock.
+def render_report(directory: str | Path, trust: str | Path | None = None) -> RenderedReport:
+    """Check DIR/verification.json (and its signature: required, by the key in the file `trust`, when given) and
+    (re)write DIR/report.md and its plots together, under the directory's lock.
 
-    Raises InvalidParameter (no DIR/verification.json, DIR not writable), OutputBusy, or ArtifactUnreadable (not a
-    sealed JSON document) before anything is written."""
+    Raises InvalidParameter (no DIR/verification.json, DIR not writable, `trust` not an ed25519 public key file),
+    OutputBusy, or ArtifactUnreadable (not a sealed JSON document) before anything is written."""
+    from privcheck.artifacts import signature as sg
+
     if isinstance(directory, str) and not directory.strip():
         raise InvalidParameter("dir", directory, "a directory containing verification.json")
     directory = Path(directory)
     artifact = directory / ARTIFACT
-    refuse_planted(directory, [ARTIFACT], name="dir")      # a link, FIFO, device or directory: never followed
+    trusted = None if trust is None else sg.load_public_key(trust, "trust")
+    refuse_planted(directory, [ARTIFACT, sg.SIGNATURE], name="dir")   # a link, FIFO, device or directory: never read
     if not artifact.is_file():
         raise InvalidParameter("dir", str(directory), "a directory containing verification.json")
     with hold_output_directory(directory, name="dir"):
         doc = load_artifact(artifact)
         problems = check_artifact(doc, KIND)
+        signature = None
+        sig_path = directory / sg.SIGNATURE
+        if trusted is not None or sig_path.exists():
+            try:
+                sig = sg.read_signature(sig_path) if sig_path.exists() else None
+            except InvalidParameter as exc:     # not JSON, too large, duplicate keys: a broken signature
+                sig_problems, signature = [f"{sg.SIGNATURE} cannot be read: {exc.value} (allowed: {exc.allowed})"], \
+                    "unreadable"
+            else:
+                sig_problems, signature = sg.signature_problems(doc, sig, ARTIFACT, trusted)
+            problems = problems + sig_problems
         with ArtifactDirectory(directory, head=ARTIFACT) as staging:
-            write_report(doc, staging, problems)
-    counts = None if schema_problems(doc, KIND) else count_checks(doc["checks"])
+            write_report(doc, staging, problems, signature)
+    valid = not schema_problems(doc, KIND)
+    counts = count_checks(doc["checks"]) if valid else None
+    done, not_done = rederivable(doc["checks"]) if valid else ([], [])
     return RenderedReport(report=directory / "report.md", artifact=artifact, problems=problems, counts=counts,
-                          sha256=doc["sha256"], sha256_recomputed=sha256_of(doc))
+                          sha256=doc["sha256"], sha256_recomputed=sha256_of(doc), rederived=done,
+                          not_rederived=not_done, signature=signature)
 
 
 def check_run_artifacts(directory: str | Path) -> list[tuple[Path, dict, list[str]]]:

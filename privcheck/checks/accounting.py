@@ -16,7 +16,7 @@ from flint import ctx
 
 from privcheck import accounting as acc
 from privcheck.artifacts.records import Claim, SuiteResult
-from privcheck.checks import Recorder, all_of, at_most, within
+from privcheck.checks import Recorder, all_of, at_most, greater, overlaps, within
 from privcheck.numerics import crosscheck
 
 __all__ = ["DPSGD_ASSUMPTIONS", "JAX_PRIVACY", "PAPER", "TABLE_VI", "run_suite"]
@@ -92,8 +92,7 @@ def run_suite(seed: int | None = None) -> SuiteResult:
     rec.run("calibration.math_eps8", lambda: all_of(
         within(cal.value, 0.4842404738068581, 2e-5, "σ against Table VII"),
         at_most(cal.epsilon, 8.0, 0.0, "achieved ε at the returned σ"),
-        {"passed": below.value > 8.0, "observed": below.value, "expected": "> 8", "tolerance": 0.0,
-         "message": "ε at σ − 1e-5 must exceed the target (σ is the smallest to tolerance)"}),
+        greater(below.value, 8.0, "ε at σ − 1e-5 must exceed the target (σ is the smallest to tolerance)")),
         reference=PAPER + " (Table VII σ)", inputs={"q": q, "T": T, "delta": delta, "target": 8.0})
 
     # 3. Exact single round, certified in Arb, against PLD (T = 1), mpmath quadrature and acb.integral.
@@ -242,9 +241,7 @@ def _certified_beside(record, float_value: float) -> dict:
 def _encloses(record, lower: float, upper: float, message: str) -> dict:
     """The certified enclosure of `record` intersects [lower, upper] (a reference enclosure of the exact ε)."""
     cert = record.certified
-    ok = cert is not None and cert.lower <= upper and lower <= cert.upper
-    return {"passed": bool(ok), "observed": None if cert is None else [cert.lower, cert.upper],
-            "expected": [lower, upper], "tolerance": 0.0, "message": message}
+    return overlaps(None if cert is None else [cert.lower, cert.upper], [lower, upper], message)
 
 
 def _figures() -> dict:

@@ -32,10 +32,13 @@ from privcheck.artifacts.records import CheckResult
 from privcheck.errors import CannotObserve, PrivcheckError
 from privcheck.rng_state import preserved_rng
 
-__all__ = ["SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout", "bound_message",
-           "evaluate", "max_abs", "need", "raised_by", "ref_clip", "value_of"]
+__all__ = ["NONE_FAILED", "SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout",
+           "bound_message", "evaluate", "max_abs", "need", "raised_by", "ref_clip", "value_of"]
 
 SUITE = "dpgrpo"
+# the verdict rule of a check that lists every failed quantity in observed["failures"] and passes iff none failed
+# (privcheck.artifacts.verdicts): `privcheck report` re-derives its verdict from that list
+NONE_FAILED = {"kind": "none_failed", "field": "failures"}
 
 
 class DropoutEnabled(PrivcheckError, ValueError):
@@ -203,7 +206,7 @@ def evaluate(bindings, name: str, precision: str, reference: str, inputs: dict, 
         return CheckResult(name=name, suite=SUITE, passed=status == "pass", observed=out.get("observed", observed),
                            expected=out.get("expected"), tolerance=out.get("tolerance"), reference=reference,
                            inputs=inputs, message=message, seconds=time.perf_counter() - start, status=status,
-                           precision=precision)
+                           precision=precision, rule=out.get("rule") if status in ("pass", "fail") else None)
 
     try:
         with preserved_rng(getattr(bindings, "generators", None) or ()):

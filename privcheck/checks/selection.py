@@ -15,6 +15,7 @@ import numpy as np
 from flint import arb
 
 from privcheck.accounting.gaussian import delta_ball
+from privcheck.checks import at_most, equal
 from privcheck.numerics.ball import decide
 
 __all__ = ["check_bound_attained", "check_bound_respected", "check_budget_respected", "check_gaussian_release",
@@ -43,8 +44,8 @@ def check_bound_attained(law: Callable, extremal_pairs: Sequence, bounds, *, tol
         gap = abs(float(r[outcome]) - float(b)) if math.isfinite(r[outcome]) else math.inf
         worst = max(worst, gap)
         details.append((outcome, float(r[outcome]), float(b)))
-    return {"passed": worst <= tol, "observed": worst, "expected": "|log-ratio − bound| ≤ tol", "tolerance": tol,
-            "message": "; ".join(f"outcome {o}: ratio {r:.12g} vs bound {b:.12g}" for o, r, b in details)}
+    return at_most(worst, 0.0, tol, "|log-ratio − bound| ≤ tol; "
+                   + "; ".join(f"outcome {o}: ratio {r:.12g} vs bound {b:.12g}" for o, r, b in details))
 
 
 def check_bound_respected(law: Callable, pairs: Iterable, bounds, *, tol: float = 1e-10) -> dict:
@@ -55,8 +56,7 @@ def check_bound_respected(law: Callable, pairs: Iterable, bounds, *, tol: float 
         b = _bounds(bounds, r.size)
         excess = max(excess, float(np.max(np.where(np.isnan(r), math.inf, r - b))))
         count += 1
-    return {"passed": excess <= tol, "observed": excess, "expected": f"max(|log-ratio| − bound) ≤ {tol}",
-            "tolerance": tol, "message": f"{count} pairs; worst excess {excess:.3g}"}
+    return at_most(excess, 0.0, tol, f"max(|log-ratio| − bound) ≤ {tol}: {count} pairs; worst excess {excess:.3g}")
 
 
 def check_gaussian_release(epsilon: float, delta: float, sensitivity: float, sigma: float) -> dict:
@@ -72,11 +72,10 @@ def check_public_constants(constants: Callable, neighbouring_inputs: Sequence) -
     (or any) private inputs: `constants(scores) -> dict` must return the same dict for all of them."""
     seen = [constants(np.asarray(x, dtype=np.float64)) for x in neighbouring_inputs]
     differing = sorted({k for c in seen[1:] for k in set(c) | set(seen[0]) if c.get(k) != seen[0].get(k)})
-    return {"passed": not differing, "observed": differing, "expected": "no constant depends on the data",
-            "tolerance": 0, "message": f"constants that changed: {differing}" if differing else "all identical"}
+    return equal(differing, [], "no constant depends on the data: "
+                 + (f"constants that changed: {differing}" if differing else "all identical"))
 
 
 def check_budget_respected(spent: float, budget: float) -> dict:
     """A composition rule's certified total spend on a (possibly adversarial) transcript stays within E."""
-    return {"passed": spent <= budget, "observed": spent, "expected": f"<= {budget}", "tolerance": 0.0,
-            "message": f"spent {spent} of {budget}"}
+    return at_most(spent, budget, 0.0, f"spent {spent} of {budget}")

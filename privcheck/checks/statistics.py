@@ -32,13 +32,17 @@ def binomial_agreement(counts, probs, alpha: float = DEFAULT_ALPHA) -> dict:
     if counts.shape != probs.shape or abs(probs.sum() - 1.0) > 1e-9:
         return {"passed": False, "observed": counts.tolist(), "expected": probs.tolist(), "tolerance": alpha,
                 "message": f"shape mismatch or law not normalised (sum {probs.sum()})"}
+    from privcheck.checks import judged
+
     pvals = binomial_pvalues(counts, probs)
     worst = int(np.argmin(pvals))
     n = int(counts.sum())
-    return {"passed": bool(pvals[worst] >= alpha / probs.size),
-            "observed": (counts / n).tolist(), "expected": probs.tolist(),
-            "tolerance": f"Bonferroni exact binomial, alpha={alpha}",
-            "message": f"N={n}; worst cell {worst}: p-value {pvals[worst]:.3g} vs {alpha / probs.size:.3g}"}
+    out = judged({"kind": "binomial_cells", "trials": n, "alpha": alpha}, (counts / n).tolist(), probs.tolist(),
+                 f"Bonferroni exact binomial, alpha={alpha}",
+                 f"N={n}; worst cell {worst}: p-value {pvals[worst]:.3g} vs {alpha / probs.size:.3g}")
+    if out["passed"] != bool(pvals[worst] >= alpha / probs.size):     # the rule is this test, re-applied
+        raise AssertionError("binomial_cells rule disagrees with the test it records")
+    return out
 
 
 def binomial_family(tests, alpha: float) -> dict:

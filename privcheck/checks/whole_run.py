@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
-from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.common import NONE_FAILED, SkipCheck, evaluate
 from privcheck.checks.neighbours import coverage
 from privcheck.checks.neighbours import pairs as neighbour_pairs
 from privcheck.checks.observation import (
@@ -535,7 +535,7 @@ def check_run_sensitivity(b, precision: str | None = None, *, cases: Sequence[st
                             "runs on the same dataset and seed (the run is not reproducible in check mode)")
         observed = {"max_ratio": worst, "worst": worst_at, "pairs": per_pair, "batch_sizes_seen": sorted(sizes),
                     "neighbours": _coverage(b, cases, n_seeds), "failures": failures[:20]}
-        return {"passed": not failures, "observed": observed, "expected": {"max_ratio": 1.0},
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed, "expected": {"max_ratio": 1.0},
                 "tolerance": {"record_rel": tol["record_rel"], "hat_multiple": tol["hat_multiple"]},
                 "message": "; ".join(failures[:6]) if failures else
                 f"max ‖Δĝ‖·divisor/C = {worst:.6g} ≤ 1 at every step of {sum(p['runs'] for p in per_pair.values())} "
@@ -673,7 +673,8 @@ def check_run_poisson_sampling(b, precision: str | None = None, *, runs: int | N
         failures += fam["failures"]
         observed = {"runs": n_runs, "rounds": N, "present": present, "q": q, "tests": report,
                     "worst_p_value": worst[0], "worst_test": worst[1], "failures": failures[:20]}
-        return {"passed": not failures, "observed": observed, "expected": {"mean_batch_size": q * m},
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
+                "expected": {"mean_batch_size": q * m},
                 "tolerance": {"alpha": ALPHA, "alpha_per_test": alpha_each},
                 "message": "; ".join(failures[:6]) if failures else
                 f"{len(tests)} exact binomial tests passed over {N} rounds of {n_runs} runs (worst p-value "
@@ -755,7 +756,8 @@ def check_run_noise(b, precision: str | None = None, *, runs: int = 8) -> CheckR
         if len({tuple(row[:32].tolist()) + (float(row.sum()),) for row in flat}) < flat.shape[0]:
             failures.append("two steps gave the same ĝ (the noise is not drawn afresh)")
         observed.update(tests=report, steps=T, std_ratio=report["all steps"]["std_ratio"])
-        return {"passed": not failures, "observed": observed, "expected": {"std_ratio": 1.0, "mean_z": 0.0},
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
+                "expected": {"std_ratio": 1.0, "mean_z": 0.0},
                 "tolerance": {"alpha": ALPHA, "z_mean_critical": z_mean_crit},
                 "message": "; ".join(failures[:6]) if failures else
                 f"ĝ ~ N(0, (σC/divisor)²) over {flat.numel()} coordinates of {runs} runs × {T} steps "

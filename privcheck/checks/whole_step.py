@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
-from privcheck.checks.common import SkipCheck, evaluate
+from privcheck.checks.common import NONE_FAILED, SkipCheck, evaluate
 from privcheck.checks.neighbours import (
     CASES,
     COUPLINGS,
@@ -632,7 +632,7 @@ def check_step_sensitivity(b, precision: str | None = None, *, cases: Sequence[s
                     "neighbours": _neighbour_coverage(ws, pair_list, inputs), "failures": failures[:20]}
         if inputs["neighbours"] == "search":
             observed["neighbours"]["search"].update(searched)
-        return {"passed": not failures, "observed": observed,
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
                 "expected": {"ratio": "<= 1", "empty_batch_case": True, "full_batch_case": True,
                              "nonzero_difference_per_pair": True},
                 "tolerance": {"record_rel": tol["record_rel"], "hat_multiple": tol["hat_multiple"],
@@ -782,7 +782,8 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
             if not zero:
                 failures.append("σ = 0 declared but ĝ on the empty dataset is not 0")
             observed.update(max_abs=float(Z.abs().max()))
-            return {"passed": not failures, "observed": observed, "expected": {"g_hat": 0.0}, "tolerance": 0.0,
+            return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
+                    "expected": {"g_hat": 0.0}, "tolerance": 0.0,
                     "message": "; ".join(failures) or "σ = 0: ĝ exactly 0 on the empty dataset"}
         per_tensor, off, tested = {}, 0, []
         labels = [n for n in names] * (len(numels) // max(1, len(names)))
@@ -819,7 +820,7 @@ def check_step_noise(b, precision: str | None = None, *, seeds: int = 16, seed0:
             failures.append("two seeds gave the same ĝ (the seed does not reach the noise)")
         observed.update(n_samples=N, std_ratio=std_ratio, mean_z=mean_z, scale_z=scale_z, z_critical=z_crit,
                         per_tensor=per_tensor, untested_tensors=len(numels) - len(tested))
-        return {"passed": not failures, "observed": observed,
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
                 "expected": {"std_ratio": 1.0, "mean_z": 0.0, "scale_z": 0.0},
                 "tolerance": {"z_critical": z_crit, "alpha": ALPHA},
                 "message": "; ".join(failures[:6]) if failures else
@@ -920,7 +921,7 @@ def check_step_record_isolation(b, precision: str | None = None, *, max_seeds: i
                 failures.append(f"record {j}: inconclusive, never sampled together with another record in {t} "
                                 f"trials{_at_q(ws)}")
         observed = {"records": per, "max_rel_diff": worst, "bit_identical": bit, "failures": failures[:20]}
-        return {"passed": not failures, "observed": observed, "expected": {"max_rel_diff": 0.0},
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed, "expected": {"max_rel_diff": 0.0},
                 "tolerance": {"record_rel": tol["record_rel"]},
                 "message": "; ".join(failures[:6]) if failures else
                 f"{len(per)} records identical alone and in a batch (max relative difference {worst:.3g})"}
@@ -987,7 +988,8 @@ def check_step_poisson_sampling(b, precision: str | None = None, *, runs: int = 
         observed = {"runs": runs, "present": present, "q": q, "tests": report,
                     "mean_batch_size": float(sizes.mean()), "worst_p_value": worst[0], "worst_test": worst[1],
                     "failures": failures[:20]}
-        return {"passed": not failures, "observed": observed, "expected": {"mean_batch_size": q * m},
+        return {"passed": not failures, "rule": NONE_FAILED, "observed": observed,
+                "expected": {"mean_batch_size": q * m},
                 "tolerance": {"alpha": ALPHA, "alpha_per_test": alpha_each},
                 "message": "; ".join(failures[:6]) if failures else
                 f"{len(tests)} exact binomial tests passed over {runs} runs (worst p-value {worst[0]:.3g})"}
