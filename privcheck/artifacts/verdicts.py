@@ -11,6 +11,7 @@ Rules are JSON objects:
 * `{"kind": "at_most", "bound": b}` — pass iff observed is finite and observed ≤ b + tolerance;
 * `{"kind": "at_least", "bound": b}` — pass iff observed is finite and observed ≥ b − tolerance;
 * `{"kind": "greater", "bound": b}` — pass iff observed > b (strict; observed may be +inf);
+* `{"kind": "below", "bound": b}` — pass iff observed < b (strict; observed may be −inf);
 * `{"kind": "overlaps"}` — observed and expected are intervals [lo, hi] of numbers that intersect:
   observed lo ≤ expected hi and expected lo ≤ observed hi (an enclosure against a reference enclosure);
 * `{"kind": "equal"}` — pass iff observed equals expected (JSON equality; 1 and 1.0 are equal, true and 1 are not);
@@ -40,9 +41,9 @@ from typing import Any
 
 __all__ = ["RULE_KINDS", "RuleError", "rule_problem", "verdict"]
 
-RULE_KINDS = ("within", "at_most", "at_least", "greater", "overlaps", "equal", "all_of", "fields",
+RULE_KINDS = ("within", "at_most", "at_least", "greater", "below", "overlaps", "equal", "all_of", "fields",
               "binomial_cells", "binomial_upper_tail", "none_failed")
-_BOUNDED = ("at_most", "at_least", "greater")
+_BOUNDED = ("at_most", "at_least", "greater", "below")
 _BINOMIAL = ("binomial_cells", "binomial_upper_tail")
 MAX_TRIALS = 2**40             # counts are recovered as round(frequency · N), exact far below 2**52
 _SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
@@ -179,6 +180,8 @@ def _verdict(rule: dict, observed, expected, tolerance) -> bool:
         return False
     if kind == "greater":
         return o > _number(rule["bound"])
+    if kind == "below":
+        return o < _number(rule["bound"])
     t = _number(tolerance)
     if t is None:
         t = 0.0 if tolerance is None else math.nan

@@ -32,13 +32,23 @@ from privcheck.artifacts.records import CheckResult
 from privcheck.errors import CannotObserve, PrivcheckError
 from privcheck.rng_state import preserved_rng
 
-__all__ = ["NONE_FAILED", "SUITE", "DropoutEnabled", "SkipCheck", "SuiteBindings", "as_f64", "assert_no_dropout",
-           "bound_message", "evaluate", "max_abs", "need", "raised_by", "ref_clip", "value_of"]
+__all__ = ["AT_MOST_ZERO", "EQUAL", "NONE_FAILED", "SUITE", "WITHIN", "DropoutEnabled", "SkipCheck", "SuiteBindings",
+           "as_f64", "assert_no_dropout", "bound_message", "evaluate", "fields_rule", "max_abs", "need", "raised_by",
+           "ref_clip", "value_of"]
 
 SUITE = "dpgrpo"
 # the verdict rule of a check that lists every failed quantity in observed["failures"] and passes iff none failed
 # (privcheck.artifacts.verdicts): `privcheck report` re-derives its verdict from that list
 NONE_FAILED = {"kind": "none_failed", "field": "failures"}
+# field rules of the checks whose observed, expected and tolerance are objects keyed by quantity
+WITHIN = {"kind": "within"}                      # |observed[k] − expected[k]| ≤ tolerance[k]
+EQUAL = {"kind": "equal"}                        # observed[k] = expected[k]
+AT_MOST_ZERO = {"kind": "at_most", "bound": 0.0}  # observed[k] ≤ tolerance[k]
+
+
+def fields_rule(**rules) -> dict:
+    """The verdict rule "every named field passes its rule" (privcheck.artifacts.verdicts)."""
+    return {"kind": "fields", "fields": rules}
 
 
 class DropoutEnabled(PrivcheckError, ValueError):

@@ -26,12 +26,16 @@ from typing import Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import (
+    AT_MOST_ZERO,
+    EQUAL,
+    WITHIN,
     SkipCheck,
     SuiteBindings,
     as_f64,
     assert_no_dropout,
     bound_message,
     evaluate,
+    fields_rule,
     max_abs,
     need,
     value_of,
@@ -192,7 +196,8 @@ def check_sensitivity_add_remove(b: SuiteBindings, precision: str | None = None,
         note = f"; {'/'.join(skipped)} not run (record_gradient not bound)" if skipped else ""
         observed = {"max_ratio_minus_one": worst, "per_C": per_c, "worst_item_kind": worst_kind,
                     "n_trials": trials}
-        return {"passed": worst <= tol, "observed": observed, "expected": {"max_ratio_minus_one": "<= 0"},
+        return {"passed": worst <= tol, "rule": fields_rule(max_ratio_minus_one=AT_MOST_ZERO),
+                "observed": observed, "expected": {"max_ratio_minus_one": "<= 0"},
                 "tolerance": {"max_ratio_minus_one": tol},
                 "message": (f"worst ‖Δ sum‖/C − 1 = {worst:.3g} ({worst_kind}){note}" if worst <= tol else
                             bound_message([("max_ratio_minus_one (‖Δ sum‖/C − 1)", worst, f"≤ {tol!r}", False)])
@@ -238,6 +243,8 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
         observed = {"max_freq_error": max_freq, "max_offdiag_corr": max_corr,
                     "mean_batch_size": float(rows.sum(axis=1).mean())}
         return {"passed": passed, "observed": observed,
+                "rule": fields_rule(max_freq_error={"kind": "below", "bound": freq_tol},
+                                max_offdiag_corr={"kind": "below", "bound": corr_tol}),
                 "expected": {"max_freq_error": 0.0, "max_offdiag_corr": 0.0, "mean_batch_size": q * n},
                 "tolerance": {"max_freq_error": freq_tol, "max_offdiag_corr": corr_tol},
                 "message": bound_message([
@@ -344,6 +351,7 @@ def check_public_normalisation(b: SuiteBindings, precision: str | None = None, *
         observed = {"identical_across_batch_sizes": identical, "max_ulp_vs_public_divisor": max(ulps, ulps_b),
                     "batch_sizes": [1, 1 + k]}
         return {"passed": passed, "observed": observed,
+                "rule": fields_rule(identical_across_batch_sizes=EQUAL, max_ulp_vs_public_divisor=AT_MOST_ZERO),
                 "expected": {"identical_across_batch_sizes": True, "max_ulp_vs_public_divisor": 0},
                 "tolerance": {"max_ulp_vs_public_divisor": 2},
                 "message": bound_message([
@@ -401,8 +409,9 @@ def check_noise_calibration(b: SuiteBindings, precision: str | None = None, *, s
         passed = abs(ratio - 1) <= 0.01 and abs(mean_z) <= 5 and abs(resid_z) <= 5
         observed = {"std_ratio": ratio, "mean_z": mean_z, "offset_mean_z": resid_z, "noise_dtype": dtype,
                     "n_samples": N}
-        return {"passed": passed, "observed": observed, "expected": {"std_ratio": 1.0, "mean_z": 0.0,
-                                                                     "offset_mean_z": 0.0},
+        return {"passed": passed, "observed": observed, "rule": fields_rule(std_ratio=WITHIN, mean_z=WITHIN,
+                                                                        offset_mean_z=WITHIN),
+                "expected": {"std_ratio": 1.0, "mean_z": 0.0, "offset_mean_z": 0.0},
                 "tolerance": {"std_ratio": 0.01, "mean_z": 5, "offset_mean_z": 5},
                 "message": bound_message([
                     ("std_ratio (sample std / (σC/(q·n)))", ratio, "1 ± 0.01", abs(ratio - 1) <= 0.01),

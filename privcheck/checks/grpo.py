@@ -23,11 +23,13 @@ from typing import Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.checks.common import (
+    AT_MOST_ZERO,
     SuiteBindings,
     as_f64,
     assert_no_dropout,
     bound_message,
     evaluate,
+    fields_rule,
     max_abs,
     need,
     ref_clip,
@@ -150,7 +152,8 @@ def check_loss_reference(b: SuiteBindings, precision: str | None = None, *, seed
             note = "; token_logprobs not compared (needs token_logprobs, model and logprob_cases bindings)"
         observed = {"max_abs_diff_value": dv, "max_abs_diff_grad": dg, "max_abs_diff_advantages": da,
                     "max_abs_diff_logprobs": dl, "max_rel_diff": worst_rel}
-        return {"passed": worst_rel <= rtol, "observed": observed, "expected": {"max_rel_diff": 0.0},
+        return {"passed": worst_rel <= rtol, "rule": fields_rule(max_rel_diff={"kind": "at_most", "bound": rtol}),
+                "observed": observed, "expected": {"max_rel_diff": 0.0},
                 "tolerance": {"rtol": rtol},
                 "message": (bound_message([("max_rel_diff", worst_rel, f"≤ {rtol!r}", worst_rel <= rtol)])
                             or f"worst relative difference {worst_rel:.3g}") + note}
@@ -188,6 +191,7 @@ def check_nonprivate_equivalence(b: SuiteBindings, precision: str | None = None,
         tol_out = {"max_abs_param_diff": tol} if not (param_ulps or step_rtol) else {
             "max_abs_param_diff": bound, "rule": f"{tol!r} + {param_ulps!r}·eps·max|θ₀| + {step_rtol!r}·step"}
         return {"passed": passed, "observed": {"max_abs_param_diff": diff, "flat_step_size": moved},
+                "rule": fields_rule(max_abs_param_diff=AT_MOST_ZERO, flat_step_size={"kind": "greater", "bound": 0.0}),
                 "expected": {"max_abs_param_diff": 0.0, "flat_step_size": "> 0"},
                 "tolerance": tol_out,
                 "message": bound_message([("max_abs_param_diff", diff, f"≤ {bound:.6g}", diff <= bound),
