@@ -12,6 +12,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
+from privcheck.interrupts import reraise_if_interrupted
+
 __all__ = ["Recorder", "all_of", "at_most", "within"]
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ class Recorder:
                                  inputs=inputs or {}, message=out.get("message", ""),
                                  seconds=time.perf_counter() - start)
         except Exception as exc:  # noqa: BLE001 - a crashing check is reported as a failure
+            reraise_if_interrupted(exc)
             result = CheckResult(name=name, suite=self.suite, passed=False, observed=None, expected=None,
                                  tolerance=None, reference=reference, inputs=inputs or {},
                                  message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",
