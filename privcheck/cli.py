@@ -15,9 +15,11 @@ Exit status (the same for every subcommand):
   reason`) leaves no partial artifact either.
 * 3 — internal error: an unexpected exception, reported as `privcheck: internal error: TYPE: message (rerun with
   --debug for the traceback)`; `privcheck --debug ...` (or `--debug` after the subcommand) prints the traceback.
-* 130 — interrupted (SIGINT, Ctrl-C, or SIGTERM, which every command turns into the same interruption):
-  `privcheck: interrupted`; artifacts are written atomically, so an interrupted command leaves no partial file
-  behind.
+* 130 — interrupted (SIGINT, Ctrl-C, or SIGTERM, which every command turns into the same interruption), wherever
+  the signal landed, native code included (an extension that turns the KeyboardInterrupt of a Python callback into
+  another exception): `privcheck: interrupted`, no traceback. Nothing was committed: the output directory is as it
+  was. Every command's commit is its last act, so a signal during or after it lets the command finish with its
+  status (`privcheck.interrupts`; docs/artifacts.md, "Interrupted commands").
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ EXIT_STATUS_HELP = """exit status:
        stopped by its wall-clock guard)
   2    bad input (refused before any work, nothing written) or an error reading an input or writing an output
   3    internal error (rerun with --debug for the traceback)
-  130  interrupted (Ctrl-C); no partial artifact is left"""
+  130  interrupted (Ctrl-C, SIGTERM); nothing was written"""
 
 
 def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
@@ -558,10 +560,11 @@ def _failed(exc: Exception, debug: bool) -> int:
                    debug)
 
 
-def dispatch(args) -> int:
-    """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines)."""
+def dispatch(args, *, exiting: bool = False) -> int:
+    """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines); `exiting`:
+    the process exits next (as `main` without `argv`)."""
     from privcheck.interrupts import command_interrupts
-    with command_interrupts():
+    with command_interrupts(keep_handlers=exiting):
         return _guarded(lambda: args.func(args), getattr(args, "debug", False))
 
 
@@ -577,8 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     """`privcheck ARGS`; returns the exit status of the module docstring (argparse's usage errors and --help and
     --version leave through SystemExit, with status 2 and 0). Building the parser is guarded too: a plugin that
     fails while parsing, or Ctrl-C during its imports, is reported like any command. Without `argv` (the
-    `privcheck` script) the process exits next, so the signal handlers stay: a signal while it shuts down changes
-    neither its output nor its exit status."""
+    `privcheck` script) the process exits next, so SIGINT and SIGTERM are ignored after the command: a signal while
+    it shuts down changes neither its output nor its exit status."""
     from privcheck.interrupts import command_interrupts
     entry = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)

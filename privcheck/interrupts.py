@@ -11,7 +11,9 @@ requested (docs/artifacts.md, "Interrupted commands"):
   no longer once its output is committed (`note_commit`): the command then finishes and exits with its status.
 
 In both, a signal that arrives while an interruption is already unwinding (a second Ctrl-C during the cleanup) is
-recorded and not raised, so the cleanup runs to its end.
+recorded and not raised, so the cleanup runs to its end; and a KeyboardInterrupt Python cannot raise (in a finaliser
+or a weakref callback, where it would be printed as "Exception ignored" and lost) is delivered again once the main
+thread is back in ordinary code.
 
 Native code can hide the KeyboardInterrupt raised in a Python callback: python-flint's `acb.integral` turns one
 raised in its integrand into `SystemError: ... returned a result with an exception set`, other extensions into an
@@ -31,6 +33,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from types import CodeType
 
@@ -52,7 +55,10 @@ _scopes: list[_Scope] = []         # innermost last; only the main thread instal
 
 
 def interruptible(command):
-    """`command()`; under `command_interrupts()` signals raise KeyboardInterrupt only while it runs."""
+    """`command()`; under `command_interrupts()` signals raise KeyboardInterrupt only while it runs (one that arrived
+    in the scope before it started interrupts it at once)."""
+    if interrupt_requested():
+        raise KeyboardInterrupt("interrupted before the command started")
     return command()
 
 
@@ -119,14 +125,22 @@ def _on_signal(signum, frame):
 
 
 def _unraisable(hook):
-    """A `sys.unraisablehook` that re-delivers an interruption Python could not raise: a KeyboardInterrupt raised in
-    a finaliser or a weakref callback (an import's module lock, a `__del__`) would otherwise be printed with its
+    """A `sys.unraisablehook` that delivers again an interruption Python could not raise: a KeyboardInterrupt raised
+    in a finaliser or a weakref callback (an import's module lock, a `__del__`) would otherwise be printed with its
     traceback ("Exception ignored in ...") and lost. Other unraisable exceptions go to `hook`."""
     def unraisable(info):
         if not (isinstance(info.exc_value, KeyboardInterrupt) and _scopes):
             return hook(info)
-        _thread.interrupt_main(signal.SIGINT)   # the handler runs again at the next instruction outside the callback
+        # from another thread, a moment later, so that the handler runs once the main thread is back in ordinary
+        # code (called from here, it would run inside this hook); no thread starts while the interpreter shuts down
+        with contextlib.suppress(RuntimeError):
+            _thread.start_new_thread(_interrupt_main_soon, ())
     return unraisable
+
+
+def _interrupt_main_soon() -> None:
+    time.sleep(0.01)
+    _thread.interrupt_main(signal.SIGINT)
 
 
 def _forget_unhandled_interrupt() -> None:
@@ -136,6 +150,16 @@ def _forget_unhandled_interrupt() -> None:
     with contextlib.suppress(ImportError, AttributeError):
         import ctypes
         ctypes.pythonapi.PyRun_SimpleString(b"")
+
+
+def _ignore_while_exiting(scope: _Scope) -> None:
+    """The process exits next, with its status decided: ignore SIGINT and SIGTERM from now on. Python puts its own
+    handlers back to the default action early in its shutdown, before the (with torch: seconds of) module teardown,
+    where the default action would end the process by the signal instead; an ignored signal stays ignored."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    if scope.requested:
+        _forget_unhandled_interrupt()
 
 
 @contextlib.contextmanager
@@ -155,8 +179,8 @@ def _scope(within, commit_ends: bool, restore: bool = True):
             for s, handler in previous.items():
                 signal.signal(s, signal.SIG_DFL if handler is None else handler)
             _scopes.pop()
-        elif scope.requested:
-            _forget_unhandled_interrupt()
+        else:
+            _ignore_while_exiting(scope)
 
 
 def terminate_as_interrupt():
@@ -168,9 +192,9 @@ def terminate_as_interrupt():
 
 def command_interrupts(*, keep_handlers: bool = False):
     """The command line's scope: as `terminate_as_interrupt`, but a signal raises only inside `interruptible(...)`
-    and not after `note_commit()`. `keep_handlers`: the process exits after the block (the `privcheck` script),
-    so the handlers stay, and a signal while the interpreter shuts down changes neither the output nor the exit
-    status."""
+    and not after `note_commit()`. `keep_handlers`: the process exits after the block (the `privcheck` script), so
+    the handlers are not put back: signals are ignored from then on, and one that arrives while the interpreter
+    shuts down changes neither the output nor the exit status."""
     return _scope(interruptible.__code__, commit_ends=True, restore=not keep_handlers)
 
 
