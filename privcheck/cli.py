@@ -564,7 +564,7 @@ def dispatch(args, *, exiting: bool = False) -> int:
     """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines); `exiting`:
     the process exits next (as `main` without `argv`)."""
     from privcheck.interrupts import command_interrupts
-    with command_interrupts(keep_handlers=exiting):
+    with command_interrupts(exiting=exiting):
         return _guarded(lambda: args.func(args), getattr(args, "debug", False))
 
 
@@ -586,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     entry = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     _ascii_safe_output()
-    with command_interrupts(keep_handlers=entry):   # SIGINT and SIGTERM unwind alike, so every writer cleans up
+    with command_interrupts(exiting=entry):   # SIGINT and SIGTERM unwind alike, so every writer cleans up
         return _guarded(lambda: _parse_and_run(argv), "--debug" in argv)
 
 

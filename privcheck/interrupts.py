@@ -43,7 +43,7 @@ __all__ = ["SIGNALS", "command_interrupts", "deferred_interrupts", "interrupt_re
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Scope:
     within: CodeType | None        # signals raise only while this code runs (None: anywhere in the scope)
     commit_ends: bool              # a commit ends the interruptible part (the command line)
@@ -134,13 +134,14 @@ def _unraisable(hook):
         # from another thread, a moment later, so that the handler runs once the main thread is back in ordinary
         # code (called from here, it would run inside this hook); no thread starts while the interpreter shuts down
         with contextlib.suppress(RuntimeError):
-            _thread.start_new_thread(_interrupt_main_soon, ())
+            _thread.start_new_thread(_interrupt_main_soon, (_scopes[-1],))
     return unraisable
 
 
-def _interrupt_main_soon() -> None:
+def _interrupt_main_soon(scope: _Scope) -> None:
     time.sleep(0.01)
-    _thread.interrupt_main(signal.SIGINT)
+    if scope in _scopes:                   # never after the scope: the caller's handler would raise outside it
+        _thread.interrupt_main(signal.SIGINT)
 
 
 def _forget_unhandled_interrupt() -> None:
@@ -190,12 +191,12 @@ def terminate_as_interrupt():
     return _scope(None, commit_ends=False)
 
 
-def command_interrupts(*, keep_handlers: bool = False):
+def command_interrupts(*, exiting: bool = False):
     """The command line's scope: as `terminate_as_interrupt`, but a signal raises only inside `interruptible(...)`
-    and not after `note_commit()`. `keep_handlers`: the process exits after the block (the `privcheck` script), so
-    the handlers are not put back: signals are ignored from then on, and one that arrives while the interpreter
-    shuts down changes neither the output nor the exit status."""
-    return _scope(interruptible.__code__, commit_ends=True, restore=not keep_handlers)
+    and not after `note_commit()`. `exiting`: the process exits after the block (the `privcheck` script), so the
+    handlers are not put back: signals are ignored from then on, and one that arrives while the interpreter shuts
+    down changes neither the output nor the exit status."""
+    return _scope(interruptible.__code__, commit_ends=True, restore=not exiting)
 
 
 @contextlib.contextmanager
