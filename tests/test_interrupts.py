@@ -2,8 +2,9 @@
 command with exit 130 and one line, wherever they land (native code included), and leave the output directory as it
 was or with the complete new output.
 
-The signal tests of the command line run `privcheck` as a process and signal it at seeded random delays counted
-from the moment its handlers are installed; `make test` runs two of them, the slow tier sweeps every long command.
+The signal tests of the command line run `privcheck` as a process (Linux: /proc tells when its handlers are in
+place) and signal it at seeded random delays counted from that moment; `make test` signals `verify --suite
+selection`, the slow tier sweeps every long command, the DP-GRPO audit included.
 """
 
 from __future__ import annotations
@@ -208,8 +209,12 @@ def test_an_interrupt_inside_a_flint_integral_exits_130(monkeypatch, capsys, int
     def work(args):
         integrate(_interrupting_integrand(at, interrupt), 0, 1)
         return 0
-    with pytest.raises(SystemError):                            # what python-flint makes of it, for the record
+    try:
         integrate(_interrupting_integrand(at, _raise_keyboard_interrupt), 0, 1)
+    except BaseException as exc:     # python-flint 0.9: SystemError("... returned a result with an exception set")
+        assert is_interruption(exc) and not interrupt_requested()
+    else:
+        pytest.fail("the integral ignored the KeyboardInterrupt of its integrand")
     assert cli.main(_command(monkeypatch, work)) == cli.EXIT_INTERRUPTED
     captured = capsys.readouterr()
     assert captured.err == INTERRUPTED + "\n" and captured.out == ""
@@ -268,6 +273,8 @@ def _signalled(command: list[str], delay: float | None, signum: int, repeat: int
                ) -> subprocess.CompletedProcess:
     """Run `command` (python arguments), send `signum` `delay` seconds after its handlers are installed (unless it
     has finished; no signal when `delay` is None), `repeat` times 2 ms apart, and wait for it."""
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("needs /proc to see when the process's signal handlers are in place")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen([sys.executable, *command], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)

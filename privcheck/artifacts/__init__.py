@@ -17,14 +17,14 @@ from privcheck.artifacts.records import CheckResult, Claim, SuiteResult
 from privcheck.artifacts.report import render_markdown, render_report
 from privcheck.artifacts.schema import available_schemas, load_schema, validate
 from privcheck.artifacts.writer import (
-                                           ArtifactDirectory,
-                                           canonical_json,
-                                           dump_json,
-                                           seal,
-                                           sha256_of,
-                                           verify_seal,
-                                           write_artifact,
-                                           write_atomic,
+                                        ArtifactDirectory,
+                                        canonical_json,
+                                        dump_json,
+                                        seal,
+                                        sha256_of,
+                                        verify_seal,
+                                        write_artifact,
+                                        write_atomic,
 )
 from privcheck.interrupts import terminate_as_interrupt
 
