@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 
 from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.interrupts import reraise_if_interrupted
 
 __all__ = ["BACKENDS", "DEFAULT_MAX_RETRIES", "MAX_RETRIES_LIMIT", "RAY_EXTRA", "TaskFailure", "TaskRun",
            "check_backend", "error_text", "run_tasks"]
@@ -146,6 +147,7 @@ def _check_picklable(ray, fn, inputs) -> None:
         try:
             cloudpickle.dumps(obj)
         except Exception as exc:
+            reraise_if_interrupted(exc)
             raise InvalidParameter(name, type(obj).__name__, f"a picklable object ({error_text(exc)})") from None
 
 
@@ -158,6 +160,7 @@ def _run_serial(fn, inputs, max_retries: int, desc: str) -> TaskRun:
                 try:
                     results[i] = fn(item)
                 except Exception as exc:          # retried like Ray's retry_exceptions=True
+                    reraise_if_interrupted(exc)
                     if attempt == max_retries + 1:
                         failures.append(TaskFailure(i, error_text(exc), attempt))
                     continue

@@ -80,7 +80,8 @@ __all__ = ["AUDIT_PRESETS", "AUDIT_Q", "CANARY_TYPE", "LOG_NAME", "MECHANISM_NAM
            "SEED_NAMESPACE", "TOKENIZER_FILES", "TRAINER_HINTS", "AuditPreset", "AuditorView", "CanaryIds",
            "DiracCanary", "GradientAuditDesign", "GradientAuditResult", "StepLLR", "analyse_log", "audit_config",
            "audit_plan",
-           "audit_preset", "check_audit_size", "check_counts", "check_fresh_out", "check_seed", "check_trainer_cls",
+           "audit_preset", "check_audit_size", "check_before_commit", "check_counts", "check_fresh_out", "check_seed",
+           "check_trainer_cls",
            "checked_privacy_claim", "design_gradient_audit", "dirac_canaries", "epsilon_with_canaries",
            "final_private_path", "local_audit_preset", "membership_seed", "plan_params", "preregistered_report",
            "private_files",
@@ -522,6 +523,16 @@ def private_files(out: Path | None):
         yield staging, staging.mkdir(PRIVATE_DIR, mode=PRIVATE_DIR_MODE)
 
 
+def check_before_commit(before_commit):
+    """`before_commit(result, staging)`, or None: called with the finished audit's result while its files are still
+    staged in `out` (`private_files`), so that what it stages there (the command line's plots) is published in the
+    same commit as `audit.json`, the reveal and the logs: all of them or none, the commit being the audit's last act
+    (docs/artifacts.md, "Interrupted audits"). Not called without an output directory."""
+    if before_commit is not None and not callable(before_commit):
+        raise InvalidParameter("before_commit", before_commit, "a callable (result, staging) or None")
+    return before_commit
+
+
 def final_private_path(staging, private: Path, name: str) -> Path:
     """Where the private file `name` is once the audit is written (`private_files`)."""
     return private / name if staging is None else staging.target / PRIVATE_DIR / name
@@ -717,14 +728,15 @@ def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None,
                               n_real: int | None = None, target_epsilon: float | None = None,
                               C: float | None = None, reserved_rule: str = "last", mask_real: bool = True,
                               interference: float = 0.0, plan_sims: int = PLAN_SIMS, trainer_cls=None,
-                              ) -> GradientAuditResult:
+                              before_commit=None) -> GradientAuditResult:
     """Run the pre-registered one-run audit of DP-GRPO with `canaries` Dirac canaries (module docstring).
 
     `preset`: a registered name (`tiny-cpu`) or an `AuditPreset`; `rounds`, `q`, `n_real`, `target_epsilon`, `C`
     override its T, q, n, ε and C. `out_dir`: where `audit.json` (sealed, atomic) and `private/` (the auditor log
     and the reveal, mode 0600) go; None keeps the private files in a fresh temporary directory and writes no
     artifact. `seed`: a seeded test run (trainer, membership and plan), never an audit release. `trainer_cls`: a
-    `DPTrainer` subclass to audit (default `DPTrainer`). Every input is validated before any work or file.
+    `DPTrainer` subclass to audit (default `DPTrainer`). `before_commit`: see `check_before_commit`. Every input is
+    validated before any work or file.
     """
     from mechanisms.dpgrpo.trainer import DPTrainer
 
@@ -746,16 +758,17 @@ def run_gradient_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None,
     plan_sims = val.count("plan_sims", plan_sims)
     check_audit_size(m=m, T=T, n_real=n_real, plan_sims=plan_sims, per_step_llr=True)
     trainer_cls = check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
+    before_commit = check_before_commit(before_commit)
     out = check_fresh_out(out_dir)
 
     with torch_threads(spec.cpu_threads):
         return _run(spec, m=m, q=q, T=T, n_real=n_real, confidence=confidence, target_epsilon=target_epsilon, C=C,
                     seed=seed, reserved_rule=reserved_rule, mask_real=mask_real, interference=interference,
-                    plan_sims=plan_sims, trainer_cls=trainer_cls, out=out)
+                    plan_sims=plan_sims, trainer_cls=trainer_cls, out=out, before_commit=before_commit)
 
 
 def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, seed, reserved_rule, mask_real,
-         interference, plan_sims, trainer_cls, out) -> GradientAuditResult:
+         interference, plan_sims, trainer_cls, out, before_commit) -> GradientAuditResult:
     """The audit after validation: design, train, analyse, write (see `run_gradient_canary_audit`)."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -792,10 +805,13 @@ def _run(spec: AuditPreset, *, m, q, T, n_real, confidence, target_epsilon, C, s
                   "preregistration": design.preregistration.to_json(),
                   "preregistration_digest": design.preregistration.digest}
         artifact, document = write_audit_files(staging, private, reveal, report)
-        log_path = final_private_path(staging, private, LOG_NAME)
-    timings["analyse_s"] = time.perf_counter() - clock
-    return GradientAuditResult(report, design, frozen.values, signs, frozen.frozen_at, membership.revealed_at,
-                               epsilon_after, claim, log_path, artifact, document, timings)
+        timings["analyse_s"] = time.perf_counter() - clock
+        result = GradientAuditResult(report, design, frozen.values, signs, frozen.frozen_at, membership.revealed_at,
+                                     epsilon_after, claim, final_private_path(staging, private, LOG_NAME), artifact,
+                                     document, timings)
+        if staging is not None and before_commit is not None:
+            before_commit(result, staging)
+    return result
 
 
 def _train(spec: AuditPreset, design: GradientAuditDesign, membership: cn.Membership, model, tokenizer, log_path,

@@ -61,6 +61,7 @@ from audits.dpgrpo_canary import (
     audit_config,
     audit_plan,
     check_audit_size,
+    check_before_commit,
     check_counts,
     check_fresh_out,
     check_seed,
@@ -149,7 +150,7 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
                            n_real: int | None = None, target_epsilon: float | None = None, C: float | None = None,
                            pilot_canaries: int | None = None, prompt_digits: int = DEFAULT_PROMPT_DIGITS,
                            pretraining: BinaryPretraining | None = DEFAULT_PRETRAINING, plan_sims: int = PLAN_SIMS,
-                           trainer_cls=None) -> InputAuditResult:
+                           trainer_cls=None, before_commit=None) -> InputAuditResult:
     """Run the pre-registered one-run audit of DP-GRPO with `canaries` input-space binary canaries (module
     docstring).
 
@@ -159,8 +160,9 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
     skip it (then most canary groups have constant reward). `out_dir`: where `audit.json` (sealed, atomic) and
     `private/` (auditor and pilot logs, the reveal; mode 0600) go; None keeps the private files in a fresh
     temporary directory and writes no artifact. `seed`: a seeded test run (trainers, membership, labels, prompts,
-    pilot, plan), never an audit release. `trainer_cls`: the `DPTrainer` subclass to audit (pilot included). Every
-    input is validated before any work or file.
+    pilot, plan), never an audit release. `trainer_cls`: the `DPTrainer` subclass to audit (pilot included).
+    `before_commit`: see `audits.dpgrpo_canary.check_before_commit`. Every input is validated before any work or
+    file.
     """
     from mechanisms.dpgrpo.trainer import DPTrainer
 
@@ -184,16 +186,17 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
     plan_sims = val.count("plan_sims", plan_sims)
     check_audit_size(m=max(m, m_pilot), T=T, n_real=n_real, plan_sims=plan_sims, per_step_llr=False)
     trainer_cls = check_trainer_cls(DPTrainer if trainer_cls is None else trainer_cls)
+    before_commit = check_before_commit(before_commit)
     out = check_fresh_out(out_dir)
 
     with torch_threads(spec.cpu_threads):
         return _run(spec, m=m, m_pilot=m_pilot, digits=digits, q=q, T=T, n_real=n_real, confidence=confidence,
                     target_epsilon=target_epsilon, C=C, seed=seed, pretraining=pretraining, plan_sims=plan_sims,
-                    trainer_cls=trainer_cls, out=out)
+                    trainer_cls=trainer_cls, out=out, before_commit=before_commit)
 
 
 def _run(spec: AuditPreset, *, m, m_pilot, digits, q, T, n_real, confidence, target_epsilon, C, seed, pretraining,
-         plan_sims, trainer_cls, out) -> InputAuditResult:
+         plan_sims, trainer_cls, out, before_commit) -> InputAuditResult:
     """The audit after validation: base, pre-registration (plan, pilot, power plan), train, analyse, write."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -247,7 +250,11 @@ def _run(spec: AuditPreset, *, m, m_pilot, digits, q, T, n_real, confidence, tar
                   "preregistration": design.preregistration.to_json(),
                   "preregistration_digest": design.preregistration.digest}
         artifact, document = write_audit_files(staging, private, reveal, report)
-        log_path = final_private_path(staging, private, LOG_NAME)
-    timings["analyse_s"] = time.perf_counter() - clock
-    return InputAuditResult(report, design, frozen.values, signs, labels, frozen.frozen_at, membership.revealed_at,
-                            epsilon_after, claim, log_path, artifact, document, timings, model, tokenizer)
+        timings["analyse_s"] = time.perf_counter() - clock
+        result = InputAuditResult(report, design, frozen.values, signs, labels, frozen.frozen_at,
+                                  membership.revealed_at, epsilon_after, claim,
+                                  final_private_path(staging, private, LOG_NAME), artifact, document, timings, model,
+                                  tokenizer)
+        if staging is not None and before_commit is not None:
+            before_commit(result, staging)
+    return result

@@ -15,9 +15,11 @@ Exit status (the same for every subcommand):
   reason`) leaves no partial artifact either.
 * 3 — internal error: an unexpected exception, reported as `privcheck: internal error: TYPE: message (rerun with
   --debug for the traceback)`; `privcheck --debug ...` (or `--debug` after the subcommand) prints the traceback.
-* 130 — interrupted (SIGINT, Ctrl-C, or SIGTERM, which every command turns into the same interruption):
-  `privcheck: interrupted`; artifacts are written atomically, so an interrupted command leaves no partial file
-  behind.
+* 130 — interrupted (SIGINT, Ctrl-C, or SIGTERM, which every command turns into the same interruption), wherever
+  the signal landed, native code included (an extension that turns the KeyboardInterrupt of a Python callback into
+  another exception): `privcheck: interrupted`, no traceback. Nothing was committed: the output directory is as it
+  was. Every command's commit is its last act, so a signal during or after it lets the command finish with its
+  status (`privcheck.interrupts`; docs/artifacts.md, "Interrupted commands").
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ EXIT_STATUS_HELP = """exit status:
        stopped by its wall-clock guard)
   2    bad input (refused before any work, nothing written) or an error reading an input or writing an output
   3    internal error (rerun with --debug for the traceback)
-  130  interrupted (Ctrl-C); no partial artifact is left"""
+  130  interrupted (Ctrl-C, SIGTERM); nothing was written"""
 
 
 def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
@@ -550,32 +552,39 @@ def _report(message: str, code: int, debug: bool) -> int:
 
 def _guarded(command, debug: bool) -> int:
     """Run `command()` and turn every way it can end into an exit status and at most one line on stderr (module
-    docstring); SystemExit (argparse's usage errors, --help, --version) passes through."""
+    docstring); SystemExit (argparse's usage errors, --help, --version) passes through. Call it inside
+    `command_interrupts()`: signals then interrupt the command only, never the reporting of its outcome."""
+    from privcheck.interrupts import interruptible, is_interruption
     try:
-        return command()
+        return interruptible(command)
     except KeyboardInterrupt:
         return _report("privcheck: interrupted", EXIT_INTERRUPTED, False)
-    except PrivcheckError as exc:              # InvalidParameter, OutputBusy, CertificationError, ...
+    except Exception as exc:                   # noqa: BLE001 — the one place every unexpected error is reported
+        if is_interruption(exc):               # native code re-raised the KeyboardInterrupt of a callback as another
+            return _report("privcheck: interrupted", EXIT_INTERRUPTED, False)
+        return _failed(exc, debug)
+
+
+def _failed(exc: Exception, debug: bool) -> int:
+    """The exit status and error line of an exception that is not an interruption (called in its `except`)."""
+    if isinstance(exc, PrivcheckError):        # InvalidParameter, OutputBusy, CertificationError, ...
         return _report(f"privcheck: error: {exc}", EXIT_USAGE, debug)
-    except BrokenPipeError:                    # e.g. `privcheck ... | head`
+    if isinstance(exc, BrokenPipeError):       # e.g. `privcheck ... | head`
         sys.stderr.close()
         return EXIT_OK
-    except OSError as exc:
+    if isinstance(exc, OSError):
         return _report(_os_error(exc), EXIT_USAGE, debug)
-    except Exception as exc:                   # noqa: BLE001 — the one place every unexpected error is reported
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return _report(f"privcheck: internal error: {detail} (rerun with --debug for the traceback)",
-                       EXIT_INTERNAL, debug)
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return _report(f"privcheck: internal error: {detail} (rerun with --debug for the traceback)", EXIT_INTERNAL,
+                   debug)
 
 
-def dispatch(args) -> int:
-    """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines)."""
-    from privcheck.artifacts.interrupts import terminate_as_interrupt
-
-    def run() -> int:
-        with terminate_as_interrupt():
-            return args.func(args)
-    return _guarded(run, getattr(args, "debug", False))
+def dispatch(args, *, exiting: bool = False) -> int:
+    """Run a parsed command with `main`'s error handling (for the plugins' stand-alone command lines); `exiting`:
+    the process exits next (as `main` without `argv`)."""
+    from privcheck.interrupts import command_interrupts
+    with command_interrupts(exiting=exiting):
+        return _guarded(lambda: args.func(args), getattr(args, "debug", False))
 
 
 def _parse_and_run(argv: list[str]) -> int:
@@ -583,18 +592,21 @@ def _parse_and_run(argv: list[str]) -> int:
     if _needs_plugins(sub, verbs, argv):
         parser = build_parser()
     args = parser.parse_args(argv)
-    from privcheck.artifacts.interrupts import terminate_as_interrupt
-    with terminate_as_interrupt():         # SIGTERM unwinds like Ctrl-C, so every writer cleans up
-        return args.func(args)
+    return args.func(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`privcheck ARGS`; returns the exit status of the module docstring (argparse's usage errors and --help and
     --version leave through SystemExit, with status 2 and 0). Building the parser is guarded too: a plugin that
-    fails while parsing, or Ctrl-C during its imports, is reported like any command."""
+    fails while parsing, or Ctrl-C during its imports, is reported like any command. Without `argv` (the
+    `privcheck` script) the process exits next, so SIGINT and SIGTERM are ignored after the command: a signal while
+    it shuts down changes neither its output nor its exit status."""
+    from privcheck.interrupts import command_interrupts
+    entry = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     _ascii_safe_output()
-    return _guarded(lambda: _parse_and_run(argv), "--debug" in argv)
+    with command_interrupts(exiting=entry):   # SIGINT and SIGTERM unwind alike, so every writer cleans up
+        return _guarded(lambda: _parse_and_run(argv), "--debug" in argv)
 
 
 if __name__ == "__main__":

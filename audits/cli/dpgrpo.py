@@ -17,11 +17,13 @@ Writes, under DIR: `audit.json` (the sealed audit artifact, schema-validated, at
 and `private/reveal.json` (the auditor's private log and the revealed coins with the salt; mode 0600 in a 0700
 directory), `scores.png` (in/out score distributions after the reveal, with the pre-registered guess thresholds) and
 `bound_vs_m.png` (the power plan's ceiling, planned bound and Monte Carlo band against the number of canaries, from
-`audits.power.plot_bound_vs_canaries`; plots use matplotlib's Agg backend and are written together through
-`privcheck.artifacts.ArtifactDirectory`: both or neither). With
---json it prints one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and
-`planned_eps_lower` at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before
-any work and before anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`).
+`audits.power.plot_bound_vs_canaries`; matplotlib's Agg backend). The plots are staged with the audit's other files
+(`before_commit` of the audit functions) and every file reaches DIR in one commit
+(`privcheck.artifacts.ArtifactDirectory`): all of them or none. That commit is the command's last act, so an
+interrupted audit leaves nothing and can be rerun (docs/artifacts.md, "Interrupted audits"). With --json it prints
+one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and `planned_eps_lower`
+at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before any work and before
+anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`).
 `audits.cli` adds the command with `add_dpgrpo_parser`.
 """
 
@@ -34,7 +36,7 @@ import time
 from privcheck.cli_args import integer, number, seed
 
 __all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "PRESET_NAMES", "add_dpgrpo_parser",
-           "cmd_audit_dpgrpo", "plot_grid", "preset_from_args", "scores_png", "write_plots"]
+           "cmd_audit_dpgrpo", "plot_grid", "preset_from_args", "scores_png", "stage_plots", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
 # the names of audits.dpgrpo_canary.AUDIT_PRESETS, listed here so that `--help` imports neither that module nor torch
@@ -142,9 +144,9 @@ def _audit_dpgrpo(args, out) -> int:
     preset = preset_from_args(args)
     if canary_type == "gradient_dirac":
         _check_plot_cost(m, resolve_preset(preset).T if rounds is None else rounds)
+    plots = []                             # staged with the audit's files: one commit, the command's last act
     res = run_audit(preset=preset, canaries=m, out_dir=out, seed=args.seed, rounds=rounds, q=args.q,
-                    confidence=args.confidence)
-    plots = write_plots(res, out)
+                    confidence=args.confidence, before_commit=lambda r, staging: plots.extend(stage_plots(r, staging)))
     runtime = time.perf_counter() - start
     rep, design = res.report, res.design
     plan = design.plan
@@ -215,8 +217,15 @@ def scores_png(scores, signs, k_plus: int, k_minus: int, title: str,
 
 def write_plots(res, out_dir) -> list:
     """DIR/scores.png and DIR/bound_vs_m.png, moved into DIR together (both or neither)."""
-    from audits.power import plot_bound_vs_canaries
     from privcheck.artifacts import ArtifactDirectory
+
+    with ArtifactDirectory(out_dir) as staging:
+        return stage_plots(res, staging)
+
+
+def stage_plots(res, staging) -> list:
+    """Stage scores.png and bound_vs_m.png in `staging` (an `ArtifactDirectory`); returns their final paths."""
+    from audits.power import plot_bound_vs_canaries
 
     rep, design = res.report, res.design
     plan, r = design.plan, rep.result
@@ -227,13 +236,10 @@ def write_plots(res, out_dir) -> list:
              f"certified ε = {rep.claim['epsilon']:.3f}")
     xlabel = ("white-box per-step LLR score" if dirac
               else "log-odds of the secret label, trained minus public base")
-    grid = plot_grid(design.m)
     model = design.score_model if hasattr(design, "score_model") else design.score.model
-    with ArtifactDirectory(out_dir) as staging:
-        scores_path = staging.write_bytes("scores.png", scores_png(
-            res.scores, res.membership, design.preregistration.k_plus, design.preregistration.k_minus, title,
-            xlabel))
-        plot_bound_vs_canaries(model, grid, delta=plan.delta, confidence=design.confidence,
-                               eps_nominal=design.epsilon, sims=BOUND_PLOT_SIMS, seed=0,
-                               path=staging.path / "bound_vs_m.png")
+    scores_path = staging.write_bytes("scores.png", scores_png(
+        res.scores, res.membership, design.preregistration.k_plus, design.preregistration.k_minus, title, xlabel))
+    plot_bound_vs_canaries(model, plot_grid(design.m), delta=plan.delta, confidence=design.confidence,
+                           eps_nominal=design.epsilon, sims=BOUND_PLOT_SIMS, seed=0,
+                           path=staging.path / "bound_vs_m.png")
     return [scores_path, staging.target / "bound_vs_m.png"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from audits.cli.backend import add_backend_arguments, backend_kwargs
 from privcheck.cli_args import integer, number, seed
+from privcheck.interrupts import reraise_if_interrupted
 
 __all__ = ["add_multirun_parser", "cmd_audit_multi_run", "load_target"]
 
@@ -59,6 +60,7 @@ def load_target(text: str):
         for part in name.split("."):
             obj = getattr(obj, part)
     except Exception as exc:  # noqa: BLE001 — importing the user's module is reading the user's input
+        reraise_if_interrupted(exc)
         raise InvalidParameter("target", text, f"{allowed} ({type(exc).__name__}: {exc})") from None
     if not callable(obj):
         raise InvalidParameter("target", text, allowed)

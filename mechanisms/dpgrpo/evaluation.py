@@ -20,6 +20,7 @@ import torch
 from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, encode_prompt
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.randomness import entropy_seed
 
 __all__ = ["Evaluator"]
@@ -67,7 +68,8 @@ class Evaluator:
     def _reward(self, record, text) -> int:
         try:
             r = self.verifier(record, text)
-        except Exception:  # noqa: BLE001 — a failing verifier scores 0 on evaluation outputs
+        except Exception as exc:  # noqa: BLE001 — a failing verifier scores 0 on evaluation outputs
+            reraise_if_interrupted(exc)
             return 0
         return int(r) if r in (0, 1) else 0
 

@@ -58,6 +58,7 @@ from mechanisms.dpgrpo.record_grads import StepContext, from_name
 from mechanisms.dpgrpo.records import GradientRecord, Record, RolloutGroup, SlotUniverse
 from mechanisms.dpgrpo.rollouts import IsolatedHF, decode_completion, token_logprobs
 from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.interrupts import reraise_if_interrupted
 
 __all__ = ["DEFAULT_PUBLIC_EXAMPLES", "DPTrainer", "SlotItem", "VerifierError", "reward_value"]
 
@@ -249,6 +250,7 @@ class DPTrainer:
             try:
                 r = self.verifier(rec, completion)
             except Exception as err:  # noqa: BLE001 — any failure on public data is a construction error
+                reraise_if_interrupted(err)
                 raise VerifierError(f"verifier raised on public example {rec.prompt!r} / {completion!r}: "
                                     f"{type(err).__name__}: {err}") from err
             if reward_value(r) is None:
@@ -274,7 +276,8 @@ class DPTrainer:
     def _reward(self, record, text) -> int:
         try:
             r = reward_value(self.verifier(record, text))
-        except Exception:  # noqa: BLE001 — fixed rule: reward 0, counted privately
+        except Exception as exc:  # noqa: BLE001 — fixed rule: reward 0, counted privately
+            reraise_if_interrupted(exc)
             r = None
         if r is None:
             self.scratch["verifier_failures"] += 1

@@ -46,6 +46,7 @@ from mechanisms.dpgrpo.pipeline.inputs import tensor_sha256
 from mechanisms.dpgrpo.randomness import TorchRandomness
 from privcheck.artifacts.identity import subject_token
 from privcheck.errors import InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.randomness import derive_seed
 
 __all__ = ["ALLOWED_LOSS_TYPES", "ALLOWED_SCALE_REWARDS", "DPGRPOTrainer", "DPGRPOTrainerConfig", "IDENTITY_ARGS",
@@ -275,14 +276,16 @@ def _pristine(obj, trainer):
         return obj
     try:
         return copy.deepcopy(obj, {id(trainer): trainer})
-    except Exception:  # noqa: BLE001 - an object that refuses copying is shared, as the user passed it
+    except Exception as exc:  # noqa: BLE001 - an object that refuses copying is shared, as the user passed it
+        reraise_if_interrupted(exc)
         return obj
 
 
 def _copy_for(obj, memo):
     try:
         return copy.deepcopy(obj, dict(memo))
-    except Exception:  # noqa: BLE001 - as in `_pristine`
+    except Exception as exc:  # noqa: BLE001 - as in `_pristine`
+        reraise_if_interrupted(exc)
         return obj
 
 

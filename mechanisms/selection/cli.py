@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     exit statuses)."""
     from privcheck.cli import dispatch
 
-    return dispatch(build_parser().parse_args(argv))
+    return dispatch(build_parser().parse_args(argv), exiting=argv is None)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from privcheck.artifacts.integrity import (
                                            count_checks,
                                            load_artifact,
 )
-from privcheck.artifacts.interrupts import terminate_as_interrupt
 from privcheck.artifacts.outdir import OutputBusy, check_output_directory, claim_output_directory
 from privcheck.artifacts.records import CheckResult, Claim, SuiteResult
 from privcheck.artifacts.report import render_markdown, render_report
@@ -27,6 +26,7 @@ from privcheck.artifacts.writer import (
                                         write_artifact,
                                         write_atomic,
 )
+from privcheck.interrupts import terminate_as_interrupt
 
 __all__ = ["ArtifactDirectory", "ArtifactInconsistent", "ArtifactUnreadable", "CheckResult", "Claim", "OutputBusy",
            "SuiteResult", "available_schemas", "canonical_json", "check_artifact", "check_output_directory",

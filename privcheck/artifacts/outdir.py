@@ -24,7 +24,7 @@ artifact writer uses for every other name (docs/artifacts.md, "Output directorie
 Every temporary name a writer creates in a directory starts with `leftover_prefix(kind)`, i.e.
 `.privcheck-<kind>.<pid>.`: the kind (a file being written, a staging or backup directory, a probe file) and the
 process that made it. Such an entry is *provably ours* (the name) and *stale* when its process no longer exists;
-a normal exit, an exception, Ctrl-C or SIGTERM (see `privcheck.artifacts.interrupts`) remove their own temporary
+a normal exit, an exception, Ctrl-C or SIGTERM (see `privcheck.interrupts`) remove their own temporary
 entries, so only a killed process (SIGKILL, power loss) leaves any. See docs/artifacts.md.
 """
 
@@ -43,6 +43,7 @@ import threading
 from pathlib import Path, PurePosixPath
 
 from privcheck.errors import InvalidParameter, PrivcheckError
+from privcheck.interrupts import deferred_interrupts
 
 __all__ = ["LEFTOVER_KINDS", "LOCK_NAME", "MANIFEST_NAME", "OWNED_DIRECTORIES", "OWNED_FILES", "OutputBusy",
            "check_output_directory", "claim_output_directory", "entry_kind", "hold_output_directory",
@@ -296,55 +297,74 @@ def claim_output_directory(out, name: str = "out"):
 
     Raises InvalidParameter (a path that cannot be written) or OutputBusy (another writer, or another claim in this
     process, holds the lock) before the block runs. Temporary entries of killed writers are removed once the lock
-    is held."""
-    path = check_output_directory(out, name)
-    anchor = path.absolute()
-    created = _make_dirs(anchor)
-    lock = anchor / LOCK_NAME
-    fd = None
-    key = None
+    is held. Claiming and releasing hold signals back (`deferred_interrupts`): an interruption finds the directory
+    claimed or not, never half-claimed."""
+    claim = _Claim()
     try:
-        if not created:                      # names privcheck writes: refused when planted, before any work
+        with deferred_interrupts():
+            path = claim.acquire(out, name)
+        yield path
+    finally:
+        with deferred_interrupts():
+            claim.release()
+
+
+class _Claim:
+    """What a claim made: the directories it created, the locked file descriptor, the key of the held directory."""
+
+    def __init__(self):
+        self.created: list[Path] = []
+        self.fd: int | None = None
+        self.lock: Path | None = None
+        self.key: tuple[int, int] | None = None
+
+    def acquire(self, out, name: str) -> Path:
+        path = check_output_directory(out, name)
+        anchor = path.absolute()
+        self.created = _make_dirs(anchor)
+        self.lock = lock = anchor / LOCK_NAME
+        if not self.created:                 # names privcheck writes: refused when planted, before any work
             refuse_planted(anchor, OWNED_FILES, OWNED_DIRECTORIES, name, os.fspath(out))
             refuse_planted(anchor, manifest_files(anchor, name, os.fspath(out)), (), name, os.fspath(out))
         while True:
             try:
-                fd = open_no_follow(lock, os.O_RDWR | os.O_CREAT)
+                self.fd = open_no_follow(lock, os.O_RDWR | os.O_CREAT)
             except OSError:                  # planted between the check and the open
                 raise _planted(lock, entry_kind(lock) or "an entry", name, os.fspath(out)) from None
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
-                os.close(fd)
-                fd = None
+                os.close(self.fd)
+                self.fd = None
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise OutputBusy(f"invalid {name}={os.fspath(out)!r}: {_holder(lock)} is writing this "
                                      f"directory (lock {lock}); wait for it or choose another directory") from None
                 raise
             try:
-                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+                same = os.fstat(self.fd).st_ino == os.stat(lock).st_ino
             except FileNotFoundError:
                 same = False
             if same:
                 break
-            os.close(fd)                     # the holder removed or replaced the file before we locked it
-            fd = None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode("ascii"))
-        key = _key(anchor)
+            os.close(self.fd)                # the holder removed or replaced the file before we locked it
+            self.fd = None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, str(os.getpid()).encode("ascii"))
+        self.key = _key(anchor)
         with _held_guard:
-            _held.add(key)
+            _held.add(self.key)
         remove_leftovers(anchor)
-        yield path
-    finally:
-        if key is not None:
+        return path
+
+    def release(self) -> None:
+        if self.key is not None:
             with _held_guard:
-                _held.discard(key)
-        if fd is not None:
+                _held.discard(self.key)
+        if self.fd is not None:
             with contextlib.suppress(OSError):
-                os.unlink(lock)
-            os.close(fd)
-        for directory in reversed(created):
+                os.unlink(self.lock)
+            os.close(self.fd)
+        for directory in reversed(self.created):
             try:
                 directory.rmdir()            # only when the block left it empty
             except OSError:

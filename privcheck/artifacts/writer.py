@@ -45,6 +45,7 @@ from privcheck.artifacts.outdir import (
 from privcheck.artifacts.schema import SCHEMA_SUFFIX, schema_file, validate
 from privcheck.artifacts.seal import seal, sha256_of, verify_seal
 from privcheck.errors import InvalidParameter
+from privcheck.interrupts import deferred_interrupts, note_commit
 from privcheck.serialization import canonical_json, dump_json
 
 __all__ = ["ArtifactDirectory", "DIR_MODE", "FILE_MODE", "MANIFEST_NAME", "canonical_json", "dump_json", "seal",
@@ -74,6 +75,12 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_planted(path.parent, [path.name], name="path", shown=os.fspath(path))
+    with deferred_interrupts():            # no signal between creating the temporary file and removing or renaming it
+        _replace_with(path, data, mode)
+    return path
+
+
+def _replace_with(path: Path, data: bytes, mode: int) -> None:
     fd, tmp = tempfile.mkstemp(prefix=leftover_prefix("tmp"), dir=path.parent)     # O_CREAT | O_EXCL: no link
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -86,7 +93,6 @@ def write_atomic(path: str | os.PathLike, data: bytes, mode: int = FILE_MODE) ->
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -125,8 +131,9 @@ def write_artifact(path: str | os.PathLike, document: dict, *, schema: str, mode
     schema = schema_file(schema)
     sealed = _sealed_and_valid(document, schema)
     path = Path(path)
-    with hold_output_directory(path.parent, name="path"):
+    with hold_output_directory(path.parent, name="path"), deferred_interrupts():
         write_atomic(path, dump_json(sealed), mode=mode)
+        note_commit()                      # the command's output is published: what is left of it is printing
     return sealed
 
 
@@ -219,25 +226,30 @@ class ArtifactDirectory:
     def __enter__(self) -> "ArtifactDirectory":
         if self._staging is not None:
             raise RuntimeError("ArtifactDirectory is not re-entrant")
-        existed = self.target.is_dir()
-        hold = hold_output_directory(self.target)
-        hold.__enter__()
-        try:
-            if not existed:
-                os.chmod(self.target, self.dir_mode)         # the default mode, whatever the umask
-            self._staging = Path(tempfile.mkdtemp(prefix=leftover_prefix("staging"), dir=self.target))
-        except BaseException:
-            hold.__exit__(None, None, None)
-            raise
-        self._hold = hold
+        with deferred_interrupts():        # a signal cannot fall between creating the staging directory and noting it
+            existed = self.target.is_dir()
+            hold = hold_output_directory(self.target)
+            hold.__enter__()
+            try:
+                if not existed:
+                    os.chmod(self.target, self.dir_mode)         # the default mode, whatever the umask
+                self._staging = Path(tempfile.mkdtemp(prefix=leftover_prefix("staging"), dir=self.target))
+            except BaseException:
+                hold.__exit__(None, None, None)
+                raise
+            self._hold = hold
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        try:
-            if exc_type is None:
-                self._commit()
-        finally:
-            self._cleanup()
+        # The commit window: a signal is held back until the files are moved (or rolled back) and the staging
+        # directory and the lock are gone, so that an interruption leaves the old output or the complete new one.
+        with deferred_interrupts():
+            try:
+                if exc_type is None:
+                    self._commit()
+                    note_commit()
+            finally:
+                self._cleanup()
         return False
 
     @property

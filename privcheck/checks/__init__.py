@@ -11,6 +11,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
+from privcheck.interrupts import reraise_if_interrupted
+
 __all__ = ["Recorder", "all_of", "at_least", "at_most", "equal", "greater", "judged", "overlaps", "within"]
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class Recorder:
                                  inputs=inputs or {}, message=out.get("message", ""), rule=out.get("rule"),
                                  seconds=time.perf_counter() - start)
         except Exception as exc:  # noqa: BLE001 - a crashing check is reported as a failure
+            reraise_if_interrupted(exc)
             result = CheckResult(name=name, suite=self.suite, passed=False, observed=None, expected=None,
                                  tolerance=None, reference=reference, inputs=inputs or {},
                                  message=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}",

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck.artifacts.records import CheckResult
 from privcheck.errors import CannotObserve, PrivcheckError
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.rng_state import preserved_rng
 
 __all__ = ["AT_MOST_ZERO", "EQUAL", "NONE_FAILED", "SUITE", "WITHIN", "DropoutEnabled", "SkipCheck", "SuiteBindings",
@@ -229,6 +230,7 @@ def evaluate(bindings, name: str, precision: str, reference: str, inputs: dict, 
     except DropoutEnabled:
         raise
     except Exception as exc:  # noqa: BLE001 - a raising callable is an "error" result, never a pass
+        reraise_if_interrupted(exc)
         return result(raised_by(exc), "error", observed={"traceback": traceback.format_exc(limit=8)})
 
 

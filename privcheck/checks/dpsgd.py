@@ -42,6 +42,7 @@ from privcheck.checks.common import (
 )
 from privcheck.checks.precision import resolve_precision, tolerance, tolerances
 from privcheck.errors import CannotObserve, InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 
 __all__ = ["ACCOUNTANT_INTERVAL", "check_accountant_agreement", "check_clip_contract", "check_fresh_randomness",
            "check_noise_calibration", "check_poisson_sampling", "check_public_normalisation",
@@ -469,7 +470,8 @@ def check_fresh_randomness(b: SuiteBindings, precision: str | None = None, *, p:
         try:
             b.make_randomness(seed=seed, release=True)
             release_refuses_seed = False
-        except Exception:  # noqa: BLE001 - any refusal counts; the type is not part of the contract here
+        except Exception as exc:  # noqa: BLE001 - any refusal counts; the type is not part of the contract here
+            reraise_if_interrupted(exc)
             release_refuses_seed = True
         passed = (abs(within) <= bound and abs(across) <= bound and not torch.equal(z1, z2)
                   and not coins_equal_within and not coins_equal_across and seeded_same and seeded_flagged

@@ -60,6 +60,7 @@ from privcheck.checks.observation import (
 )
 from privcheck.checks.whole_step import ALPHA, WHOLE_STEP_TOLERANCES
 from privcheck.errors import CannotObserve, InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.randomness import derive_seed
 from privcheck.rng_state import preserved_rng
 
@@ -331,6 +332,7 @@ def _execute(wr: WholeRunBindings, dataset, seed: int, replay: list | None = Non
             except CannotObserve:
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's run raised: reported, never a pass
+                reraise_if_interrupted(exc)
                 error, ret = f"{type(exc).__name__}: {exc}", None
             end = session.snapshot()
     finally:

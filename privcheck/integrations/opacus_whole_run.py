@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from privcheck import validation as v
 from privcheck.errors import CannotObserve, InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.randomness import derive_seed
 from privcheck.rng_state import preserved_rng
 
@@ -205,6 +206,7 @@ def learn_real_run(train: Callable, dataset) -> RealRun:
     except (InvalidParameter, DropoutEnabled):
         raise
     except Exception as exc:  # noqa: BLE001 - the user's script failed before its first private step
+        reraise_if_interrupted(exc)
         raise InvalidParameter("train", f"raised {type(exc).__name__}: {exc}",
                                "the user's script train(dataset); it must run on the real dataset up to its "
                                "first private step") from exc

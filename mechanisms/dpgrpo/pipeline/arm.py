@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from mechanisms.dpgrpo.pipeline.artifact import finite_or_none, run_document
 from mechanisms.dpgrpo.pipeline.inputs import build_model, eval_prompts, private_records, tensor_sha256
 from mechanisms.dpgrpo.pipeline.setup import RunSetup
+from privcheck.interrupts import reraise_if_interrupted
 from privcheck.serialization import jsonable
 
 __all__ = ["ArmOutcome", "Clock", "run_arm"]
@@ -61,6 +62,7 @@ def _measure_ratio(trainer, public_records) -> tuple[dict | None, str | None]:
     try:
         return dict(measure_private_over_nonprivate(trainer, public_records, repeats=3)), None
     except Exception as err:  # noqa: BLE001 — a timing measurement must not sink the run; recorded instead
+        reraise_if_interrupted(err)
         return None, f"measurement failed: {type(err).__name__}: {err}"
 
 

@@ -30,6 +30,7 @@ from mechanisms.dpgrpo.presets import (
 )
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
+from privcheck.interrupts import reraise_if_interrupted
 
 __all__ = ["DEFAULT_ARMS", "DEVICES", "LOCAL_WEIGHTS_OVERRIDES", "OVERRIDABLE", "RunSetup", "arm_config",
            "check_model_path", "check_verifier", "setup_run"]
@@ -134,6 +135,7 @@ def check_verifier(verifier, examples) -> None:
         try:
             r = verifier(rec, completion)
         except Exception as err:  # noqa: BLE001 — any failure on public data is bad input
+            reraise_if_interrupted(err)
             raise InvalidParameter("verifier", name, f"a verifier that returns 0 or 1 on the public examples (it "
                                    f"raised {type(err).__name__}: {err} on {rec.prompt!r} / {completion!r})") from err
         if reward_value(r) is None:
