@@ -21,7 +21,7 @@ Rules are JSON objects:
   with `observed[key]`, `expected[key]` and `tolerance[key]` (absent: null); pass iff every field passes;
 * `{"kind": "binomial_cells", "trials": N, "alpha": a}` — observed are the K cell frequencies of N Monte-Carlo
   draws and expected the K cell probabilities; pass iff every cell's exact two-sided binomial p-value
-  (`privcheck.checks.statistics.binomial_pvalues`) is at least a/K (Bonferroni);
+  (`privcheck.numerics.binomial.binomial_pvalues`) is at least a/K (Bonferroni);
 * `{"kind": "binomial_upper_tail", "trials": N, "p": p, "alpha": a}` — observed is a frequency k/N; pass iff
   P[Binomial(N, p) ≥ k] ≥ a (the one-sided exact test of "at most p");
 * `{"kind": "none_failed", "field": f}` — observed is an object and pass iff `observed[f]` is an empty list (the
@@ -139,7 +139,7 @@ def _binomial(rule: dict, observed, expected) -> bool:
     import numpy as np
     from scipy.stats import binom
 
-    from privcheck.checks.statistics import binomial_pvalues
+    from privcheck.numerics.binomial import binomial_pvalues
 
     trials, alpha = rule["trials"], _number(rule["alpha"])
     counts = _counts(observed, trials)

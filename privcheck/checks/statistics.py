@@ -9,20 +9,12 @@ at most α. Cells with p_k = 0 require a count of 0.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import binom
+
+from privcheck.numerics.binomial import binomial_pvalues
 
 __all__ = ["DEFAULT_ALPHA", "binomial_agreement", "binomial_family", "binomial_pvalues"]
 
 DEFAULT_ALPHA = 1e-6
-
-
-def binomial_pvalues(counts, probs) -> np.ndarray:
-    counts = np.asarray(counts, dtype=np.int64)
-    probs = np.clip(np.asarray(probs, dtype=np.float64), 0.0, 1.0)
-    n = int(counts.sum())
-    lower = binom.cdf(counts, n, probs)
-    upper = binom.sf(counts - 1, n, probs)
-    return np.minimum(1.0, 2.0 * np.minimum(lower, upper))
 
 
 def binomial_agreement(counts, probs, alpha: float = DEFAULT_ALPHA) -> dict:
