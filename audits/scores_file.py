@@ -199,12 +199,13 @@ def _read_csv(data: bytes) -> dict:
     if id_type not in ID_TYPES:
         raise InvalidParameter("scores.id_type", id_type, "str or int")
     ids = [r[0].strip() for r in body]
-    if id_type == "int":
+    if id_type == "int":            # the number grammar: int() also takes '٣', '３' or '0_3' for 3 (and fails on '³')
         try:
-            ids = [int(x) for x in ids]
-        except ValueError:
-            bad = next(x for x in ids if not x.lstrip("-").isdigit())
-            raise InvalidParameter("scores.canary_id", bad, "integers (id_type: int)") from None
+            ids = [val.integer_text("scores.canary_id", x) for x in ids]
+        except InvalidParameter as exc:
+            row = ids.index(exc.value) + 1
+            raise InvalidParameter("scores.canary_id", f"{exc.value!r} on data row {row}",
+                                   f"integers (id_type: int) written as {exc.allowed}") from None
     scores = []
     for n, r in enumerate(body, start=1):
         try:
@@ -389,6 +390,9 @@ def write_scores_file(path, scores, membership, *, canary_ids, salt: bytes, comm
         raise InvalidParameter("canary_ids", "a mix of str and int", "all str or all int ids")
     if ext == ".csv" and kinds == {True} and any(x != x.strip() or "\n" in x for x in ids):
         raise InvalidParameter("canary_ids", "ids with surrounding spaces or newlines", "ids that survive a CSV row")
+    if ext == ".csv" and kinds == {False} and any(len(str(x)) > val.NUMBER_TEXT_MAX for x in ids):
+        raise InvalidParameter("canary_ids", f"int ids of more than {val.NUMBER_TEXT_MAX} characters",
+                               "int ids that `load_scores` reads back (the number grammar of privcheck.validation)")
     if preregistration is not None:
         if not isinstance(preregistration, cn.Preregistration):
             raise InvalidParameter("preregistration", type(preregistration).__name__, "a Preregistration or None")

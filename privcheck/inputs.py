@@ -11,7 +11,8 @@
 * `csv_rows(text, name)` — `csv.reader` rows with a field-size limit of `MAX_CSV_FIELD` characters.
 * `open_input(path, kind, name)` — the same checks, then the open binary file (for readers that seek: .npz).
 * `npz_members(fh, name, max_elements)` — each array's (shape, dtype) read from its .npy header, checked
-  against the maxima before any array is loaded; a truncated or corrupt zip is refused.
+  against the maxima before any array is loaded; a truncated or corrupt zip, and an array name given twice, are
+  refused.
 
 Every refusal is `InvalidParameter` naming the input and the allowed range (the CLI: exit 2, one line).
 """
@@ -187,14 +188,17 @@ def csv_rows(text: str, name: str) -> list[list[str]]:
 def npz_members(fh, name: str, max_elements: int) -> dict[str, tuple[tuple, np.dtype]]:
     """{array name: (shape, dtype)} of the .npz open as `fh` (`open_input`), read from each member's .npy header only.
 
-    Refused (InvalidParameter naming `name`): a truncated or corrupt zip, a member that is not an .npy array,
-    an object dtype (pickles), an array of more than `max_elements` elements, a string array of more than
-    MAX_TEXT_CHARS characters per element, or one over MAX_NPZ_MEMBER_BYTES uncompressed."""
+    Refused (InvalidParameter naming `name`): a truncated or corrupt zip, a member that is not an .npy array, two
+    members of one name (`x` and `x.npy` are one name), an object dtype (pickles), an array of more than
+    `max_elements` elements, a string array of more than MAX_TEXT_CHARS characters per element, or one over
+    MAX_NPZ_MEMBER_BYTES uncompressed."""
     out: dict[str, tuple[tuple, np.dtype]] = {}
     try:
         with zipfile.ZipFile(fh) as zf:
             for info in zf.infolist():
                 key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                if key in out:          # numpy.load would read one of them: refused, never resolved
+                    raise InvalidParameter(f"{name}.{key}", "an array given twice", "one array per name")
                 with zf.open(info) as member:
                     version = np.lib.format.read_magic(member)
                     if version == (1, 0):

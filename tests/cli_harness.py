@@ -5,7 +5,8 @@ tests/test_cli_hostile.py).
 "Work started" is observed by patching a command's first expensive call with `start_work`, which raises
 `WorkStarted`: a BaseException, so that no handler of the command line turns it into an exit status. Whatever the
 command claimed or staged before it is rolled back as for any exception (the output-directory claim removes a
-directory it created).
+directory it created). `deadline(seconds)` ends a command that blocks (a FIFO opened or read without O_NONBLOCK)
+with `Blocked`, another BaseException, instead of hanging the test.
 """
 
 from __future__ import annotations
@@ -14,16 +15,38 @@ import contextlib
 import importlib
 import io
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from privcheck.cli import main
 
-__all__ = ["Outcome", "WorkStarted", "listing", "make_sandbox", "patched_work", "run_cli", "start_work"]
+__all__ = ["Blocked", "Outcome", "WorkStarted", "deadline", "listing", "make_sandbox", "patched_work", "run_cli",
+           "start_work"]
 
 
 class WorkStarted(BaseException):
     """The patched first expensive call of a command was reached."""
+
+
+class Blocked(BaseException):
+    """A command ran past its deadline (e.g. blocked reading a FIFO): a BaseException, so that no handler of the
+    command line turns it into an exit status."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """Raise `Blocked` in the block once it has run `seconds` (SIGALRM: a blocking open or read of a FIFO is
+    interrupted too; main thread only)."""
+    def expired(signum, frame):
+        raise Blocked(f"still running after {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def start_work(*args, **kwargs):

@@ -10,6 +10,18 @@ its value, a duplicated flag). Each value is valid or hostile by construction, s
   `WorkStarted` (so "valid" means it was reached, and "hostile" that it was not: validation before work); the
   others run for real and exit 0.
 
+Hostile files (issue 23): for every flag that reads a file (`--history`, `--scores`, `--model`, `--tokenizer`, the
+artifacts `report DIR` reads) and every output directory (`--out`, `report DIR`), hypothesis also draws files made
+in the sandbox by the generators of tests/hostile_files.py: not a regular file (FIFO, device, directory, socket,
+dangling or looping link), over the size limit (sparse), empty, not UTF-8, truncated, or with a defect of the format
+at a drawn place (JSON nested too deep, a key twice, a number in a forbidden form; CSV fields too long and numbers in
+forbidden forms; .npz headers claiming too much, members twice); and output directories with a link to a victim
+file outside, a dangling link, a FIFO, a device, a socket or a directory planted under a name privcheck writes. The
+oracle is the same, and also: the command ends within seconds (a FIFO never blocks it: a deadline interrupts it),
+nothing in the sandbox is created, removed or replaced, and the victim's content and mtime are unchanged. A link to a
+valid input is followed (docs/artifacts.md, "Inputs"), so that draw is valid, except for `report`, which never
+follows a link in the directory it writes.
+
 `make test` runs a few examples per command (the project's derandomized profile, so the same ones every run); the
 slow tier runs many more.
 """
@@ -19,6 +31,7 @@ from __future__ import annotations
 import argparse
 import re
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +44,8 @@ from privcheck.accounting.pld_certified import MAX_STEPS
 from privcheck.accounting.selection import MAX_CANDIDATES
 from privcheck.cli import build_parser
 from privcheck.validation import SEED_MAX
-from tests.cli_harness import make_sandbox, patched_work, run_cli
+from tests import hostile_files as hf
+from tests.cli_harness import deadline, listing, make_sandbox, patched_work, run_cli
 
 SWITCH = object()                       # a flag given without a value (store_true)
 BIG = str(10**30)
@@ -92,10 +106,60 @@ def choice(valid: tuple, hostile: tuple = ("bogus", "")) -> Flag:
 SWITCH_FLAG = Flag((SWITCH,), ())
 
 
+@dataclass(frozen=True)
+class FileFlag:
+    """A flag that reads a file (`flag` "dir": report's positional), given a file drawn by `hf.hostile_inputs` for
+    `input`: without the flags of the base vector that exclude it (`drop`), with valid files for the flags it needs
+    (`needs`: (flag, Input)); `valid_ok` False where a valid file would load heavy libraries (never drawn then); an
+    error for it names the flag or one of `blame`."""
+    flag: str
+    input: hf.Input
+    drop: tuple = ()
+    needs: tuple = ()
+    valid_ok: bool = True
+    blame: tuple = ()
+
+
+def _history():
+    return {"phases": [{"noise_multiplier": 1.0, "sampling_rate": 0.01, "steps": 10},
+                       {"noise_multiplier": 2.0, "sampling_rate": 0.02, "steps": 5}]}
+
+
+def _model_config():
+    return {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 16, "hidden_size": 8,
+            "num_attention_heads": 2, "rope_scaling": None, "tie_word_embeddings": True,
+            "rope_theta": 10000.0, "torch_dtype": "float32"}
+
+
+HISTORY = hf.Input("json", _history, ".json", "history", name="history")
+OPACUS_HISTORY = hf.Input("json", lambda: [[1.0, 0.01, 10], [2.0, 0.02, 5]], ".json", "history",
+                          name="opacus history")
+SCORES_CSV = hf.Input("csv", lambda: hf.scores_base("csv"), ".csv", "scores.csv", name="scores")
+SCORES_CSV_INT_IDS = hf.Input("csv", lambda: hf.scores_base("csv", "int"), ".csv", "scores.csv", name="scores, int ids")
+SCORES_NPZ = hf.Input("npz", lambda: hf.scores_base("npz"), ".npz", "scores.npz", name="scores")
+VERIFICATION = hf.Input("json", hf.verification_document, limit="artifact", member="verification.json",
+                        follows_links=False, name="report")
+RUN_ARTIFACT = hf.Input("json", hf.verification_document, limit="artifact", member="run-1.json",
+                        follows_links=False, name="report runs")
+MODEL_DIR = hf.Input("json", _model_config, limit="config", member="config.json",
+                     siblings=(("model.safetensors", b""), ("tokenizer.json", b"{}")), name="model")
+GGUF = hf.Input("gguf", lambda: b"GGUF" + bytes(28), ".gguf", name="gguf")
+TOKENIZER = hf.Input("opaque", lambda: b"{}", member="tokenizer.json", name="tokenizer")
+DPSGD_FILES = tuple(FileFlag("--history", inp, drop=("--sampling-rate", "--noise-multiplier", "--steps"))
+                    for inp in (HISTORY, OPACUS_HISTORY))
+SCORES_FILES = tuple(FileFlag("--scores", inp, drop=("--canaries", "--guesses", "--correct"))
+                     for inp in (SCORES_CSV, SCORES_CSV_INT_IDS, SCORES_NPZ))
+REPORT_FILES = tuple(FileFlag("dir", inp, valid_ok=False, blame=("artifact",)) for inp in (VERIFICATION, RUN_ARTIFACT))
+AUDIT_MODEL_FILES = (FileFlag("--model", MODEL_DIR, valid_ok=False),
+                     FileFlag("--tokenizer", TOKENIZER, needs=(("--model", MODEL_DIR),), valid_ok=False))
+
+
 @dataclass(frozen=True, repr=False)
 class Spec:
     """One leaf command: its words, a valid base vector, the flags drawn, the required ones, groups of flags that
-    exclude each other, and the first expensive calls (None: the command runs for real)."""
+    exclude each other, and the first expensive calls (None: the command runs for real); the flags that read files
+    (`files`), the files an output directory must hold (`out_needs`: (name, Input), for report) and the names whose
+    presence there the command refuses (`out_taken`: one audit per directory)."""
     words: tuple
     base: dict
     flags: dict
@@ -104,10 +168,20 @@ class Spec:
     work: tuple | None = None
     positional: Flag | None = None
     writes: bool = False
+    files: tuple = ()
+    out_needs: tuple = ()
+    out_taken: tuple = ()
 
     @property
     def command(self) -> str:
         return " ".join(self.words)
+
+    @property
+    def out_flag(self) -> str | None:
+        """The flag naming the output directory: --out, or report's positional `dir`."""
+        if "--out" in self.flags:
+            return "--out"
+        return "dir" if self.positional is not None and self.positional.name == "dir" else None
 
     def __repr__(self) -> str:
         return f"Spec({self.command!r}, base={self.base!r})"
@@ -140,7 +214,7 @@ SPECS = [
         "--accountant": choice(("pld", "rdp")),
         "--history": Flag((), ("1.0:0.5:2", "x", "{file}", "{missing}.json", "{dir}.json", "/proc/self/x.json"),
                           blame=("sampling_rate",)),
-        "--json": SWITCH_FLAG}, required=("--delta",)),
+        "--json": SWITCH_FLAG}, required=("--delta",), files=DPSGD_FILES),
     Spec(("account", "gaussian"), {"--sensitivity": "1", "--sigma": "2", "--delta": "1e-5"}, {
         "--sensitivity": positive(("1",)), "--sigma": positive(("2",)), "--delta": open_unit(("1e-5",)),
         "--json": SWITCH_FLAG}, required=("--sensitivity", "--sigma", "--delta")),
@@ -191,7 +265,8 @@ SPECS = [
         "--seed": seed(), "--json": SWITCH_FLAG},
         required=("--out",), work=("privcheck.verify:_load",), writes=True),
     Spec(("report",), {}, {"--json": SWITCH_FLAG},
-         positional=Flag((), ("{missing}", "{file}", "{dir}", "/proc/self/x", ""), name="dir")),
+         positional=Flag((), ("{missing}", "{file}", "{dir}", "/proc/self/x", ""), name="dir"),
+         files=REPORT_FILES, out_needs=(("verification.json", VERIFICATION),)),
     Spec(("simulate", "selection"), {"--out": "{out}"}, {
         "--out": out(), "--seed": seed(), "--quick": SWITCH_FLAG, "--json": SWITCH_FLAG},
         required=("--out",), work=("mechanisms.selection.simulate:run_simulation",), writes=True),
@@ -207,7 +282,8 @@ SPECS = [
         "--rounds": count(1, 10**5, ("1", "100000")),
         "--skip-verification": SWITCH_FLAG, "--no-timing": SWITCH_FLAG},
         required=("--preset", "--out"), exclusive=(("--seeds", "--seed"),),
-        work=("mechanisms.dpgrpo.pipeline.setup:arm_config",), writes=True),
+        work=("mechanisms.dpgrpo.pipeline.setup:arm_config",), writes=True,
+        files=(FileFlag("--model", MODEL_DIR), FileFlag("--model", GGUF))),
     Spec(("run", "selection"), {"--out": "{out}"}, {
         "--preset": choice(("cpu-tiny", "gpu-h200")), "--device": choice(("cpu", "cuda"), ("tpu", "")),
         "--out": out(), "--seed": seed(),
@@ -226,7 +302,7 @@ SPECS = [
         "--k-plus": Flag((), ("1", "-1", BIG)), "--k-minus": Flag((), ("0", "-1")),
         "--delta": half_open_unit(), "--confidence": PROB,
         "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG},
-        required=("--canaries", "--guesses", "--correct", "--delta"), writes=True),
+        required=("--canaries", "--guesses", "--correct", "--delta"), writes=True, files=SCORES_FILES),
     Spec(("audit", "clopper-pearson"), RUNS_BASE, {
         "--runs-in": count(1, 10**6, ("10", "1000000")), "--runs-out": count(1, 10**6, ("10", "1000000")),
         "--false-negatives": count(0, None, ("0", "10"), more=("11",)),
@@ -299,7 +375,8 @@ SPECS = [
         "--rounds": count(1, 10**5, ("1", "30"), more=("5000",)),
         "--q": real(("0.5", "1"), more=("0", "1.5")), "--confidence": PROB, "--json": SWITCH_FLAG},
         required=("--canaries", "--out"),
-        work=("audits.dpgrpo_canary:_run", "audits.dpgrpo_input_canary:_run"), writes=True),
+        work=("audits.dpgrpo_canary:_run", "audits.dpgrpo_input_canary:_run"), writes=True, files=AUDIT_MODEL_FILES,
+        out_taken=("private/auditor_log.jsonl",)),
 ]
 
 
@@ -509,3 +586,145 @@ def test_fuzz(spec, data):
 @given(data=st.data())
 def test_fuzz_thorough(spec, data):
     _fuzz(spec, data)
+
+
+# --- hostile files (issue 23) -------------------------------------------------------------------------------------
+
+HOSTILE = "{hostile}"
+DEADLINE_S = 20         # a command still running after this is blocked (a FIFO read): `Blocked` ends it
+
+
+def _path_flags(spec: Spec) -> set[str]:
+    """The flags (and positionals) of the command's parser that name a file to read or a directory to write."""
+    parser = build_parser()
+    for word in spec.words:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    found = set()
+    for action in parser._actions:
+        if action.type is not None or action.choices is not None or action.nargs == 0:
+            continue                                    # a number, a choice or a switch: not a path
+        text = f" {action.help or ''} ".lower()
+        if action.dest in ("out", "dir") or action.metavar in ("FILE", "PATH", "DIR") or " file" in text \
+                or "directory" in text:
+            found.add(action.option_strings[0] if action.option_strings else action.dest)
+    return found
+
+
+def test_every_file_and_directory_flag_gets_hostile_files():
+    """A new flag that reads a file or writes a directory fails this test until the fuzz draws hostile files for it."""
+    for spec in SPECS:
+        fuzzed = {f.flag for f in spec.files} | ({spec.out_flag} if spec.out_flag else set())
+        assert _path_flags(spec) == fuzzed, spec.command
+
+
+@dataclass
+class FileCase:
+    """A drawn vector whose `HOSTILE` token is the value `drawn.build` makes (an `hf.HostileInput` or `hf.Plant`),
+    with valid files for the placeholders of `extra`."""
+    argv: list[str]
+    drawn: object
+    extra: tuple = ()
+    blamed: set = field(default_factory=set)
+
+    @property
+    def valid(self) -> bool:
+        return self.drawn.valid
+
+
+@st.composite
+def file_cases(draw, spec: Spec) -> FileCase:
+    targets = [*spec.files, *([spec.out_flag] if spec.out_flag else [])]
+    target = draw(st.sampled_from(targets))
+    values, extra = dict(spec.base), ()
+    if isinstance(target, FileFlag):
+        flag = target.flag
+        drawn = draw(hf.hostile_inputs(target.input, target.valid_ok))
+        blamed = {flag, _name(flag), *target.blame}
+        for dropped in target.drop:
+            values.pop(dropped, None)
+        extra = tuple((f"{{{_name(f)}}}", f, hf.HostileInput(inp, "valid", data=inp.valid_bytes(), valid=True,
+                                                               where=_name(f)))
+                      for f, inp in target.needs)
+    else:
+        flag = target
+        needs = tuple((name, inp.valid_bytes()) for name, inp in spec.out_needs)
+        drawn = draw(hf.planted_outputs(needs, valid_ok=flag != "dir", taken=spec.out_taken))  # report: no plots
+        blamed = {flag, _name(flag)}
+    argv = [*spec.words, *([HOSTILE] if flag == "dir" else [])]
+    if flag != "dir":
+        values[flag] = HOSTILE
+    for placeholder, f, _ in extra:
+        values[f] = placeholder
+    for f, value in values.items():
+        argv += _tokens(f, value)
+    if draw(st.booleans()) and "--json" in spec.flags:
+        argv.append("--json")
+    return FileCase(argv, drawn, extra, blamed)
+
+
+def _named(line: str) -> set[str]:
+    """The parameters an error line names: `invalid NAME=` (the first part of a dotted name such as
+    scores.preregistration), and `artifact` for an artifact report cannot read."""
+    named = {m.split(".")[0] for m in re.findall(r"invalid ([\w.]+)=", line)}
+    return named | ({"artifact"} if line.startswith("privcheck: error: cannot read artifact ") else set())
+
+
+def check_file(spec: Spec, case: FileCase, root: Path) -> None:
+    """The oracle of the module docstring, for a drawn hostile file."""
+    places = make_sandbox(root)
+    victim = hf.Victim(root)
+    places[HOSTILE] = case.drawn.build(root, victim)
+    for placeholder, _, made in case.extra:
+        places[placeholder] = made.build(root)
+    argv = _substitute(case.argv, places)
+    watched = [Path(places[HOSTILE]), *((case.drawn.path(root),) if isinstance(case.drawn, hf.Plant) else ())]
+    if isinstance(case.drawn, hf.HostileInput) and case.drawn.input.member is not None:
+        watched.append(Path(places[HOSTILE]) / case.drawn.input.member)
+    watched = [p for p in watched if p.is_relative_to(root)]          # not /dev/null
+    states, before = [hf.entry_state(p) for p in watched], listing(root)
+    start = time.perf_counter()
+    with deadline(DEADLINE_S):
+        outcome = run_cli(argv, root)
+    seconds = time.perf_counter() - start
+    shown = (f"{case.drawn!r}\n{argv!r}: code={outcome.code} started={outcome.started} {seconds:.1f} s\n"
+             f"stdout:\n{outcome.out[:2000]}\nstderr:\n{outcome.err}")
+    assert "Traceback" not in outcome.err, shown
+    assert victim.unchanged(), shown + "\nthe victim outside was touched"
+    if not case.valid:
+        assert outcome.code == 2 and not outcome.started and not outcome.argparse_exit, shown
+        assert outcome.out == "" and len(outcome.err_lines) == 1, shown
+        assert outcome.err_lines[0].startswith("privcheck: error: "), shown
+        assert _named(outcome.err_lines[0]) & case.blamed, shown + f"\nexpected one of {sorted(case.blamed)}"
+        assert listing(root) == before, shown + f"\ncreated or removed: {listing(root) ^ before}"
+        assert [hf.entry_state(p) for p in watched] == states, shown + "\nan entry was replaced or followed"
+        return
+    if spec.work is not None:
+        assert outcome.started and not outcome.new_paths, shown + f"\nnew paths: {outcome.new_paths}"
+    else:
+        assert outcome.code == 0, shown
+        assert all(p.startswith("out/") or p == "out/" for p in outcome.new_paths), outcome.new_paths
+
+
+FILE_SPECS = [spec for spec in SPECS if spec.files or spec.out_flag]
+FILE_IDS = [IDS[SPECS.index(spec)] for spec in FILE_SPECS]
+
+
+def _fuzz_files(spec: Spec, data) -> None:
+    case = data.draw(file_cases(spec))
+    with tempfile.TemporaryDirectory(prefix="privcheck-files-") as tmp, patched_work(spec.work or ()):
+        check_file(spec, case, Path(tmp) / "sandbox")
+
+
+@pytest.mark.parametrize("spec", FILE_SPECS, ids=FILE_IDS)
+@FAST
+@given(data=st.data())
+def test_fuzz_files(spec, data):
+    _fuzz_files(spec, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", FILE_SPECS, ids=FILE_IDS)
+@THOROUGH
+@given(data=st.data())
+def test_fuzz_files_thorough(spec, data):
+    _fuzz_files(spec, data)

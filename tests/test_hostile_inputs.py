@@ -1,16 +1,17 @@
 """Issue 23: every file input is bounded before it is read (privcheck/inputs.py). Each hostile file given to the
 command line — a FIFO, /dev/zero, a sparse oversize file, an .npz whose header claims 3e8 doubles, a truncated .npz,
-an over-long CSV field, JSON nested 10⁵ deep, a 5,000-digit integer, 1e999, duplicate keys — exits 2 within seconds
-with one line naming the input, writes nothing, and `report` refuses before writing report.md."""
+an over-long CSV field, JSON nested 10⁵ deep, a 5,000-digit integer, 1e999, duplicate keys, numbers in other digits
+than ASCII ones, an .npz array given twice, a model's config.json of each of these kinds — exits 2 within seconds
+with one line naming the input, writes nothing, and `report` refuses before writing report.md. (The CLI fuzz,
+tests/test_cli_fuzz.py, draws such files for every flag that reads one; the cases it found are pinned here.)"""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
-import signal
 import zipfile
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -20,26 +21,13 @@ from audits.scores_file import write_scores_file
 from privcheck.cli import EXIT_USAGE
 from privcheck.errors import InvalidParameter
 from privcheck.inputs import LIMITS, MAX_DEPTH, json_depth, parse_json
-from tests.cli_harness import run_cli
+from tests import hostile_files as hf
+from tests.cli_harness import deadline, patched_work, run_cli
 
 ACCOUNT = ["account", "dp-sgd", "--delta", "1e-5", "--history"]
 ONE_RUN = ["audit", "one-run", "--delta", "1e-5", "--k-plus", "2", "--scores"]
 SALT = bytes(range(32))
 M = 8
-
-
-@contextmanager
-def deadline(seconds: float):
-    """Fail (instead of hanging) when the block runs past `seconds`."""
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def refused(tmp_path, argv, name: str) -> str:
@@ -289,3 +277,110 @@ def test_peak_memory_stays_bounded_on_a_3e8_double_npz_and_a_2_gib_sparse_csv(tm
     codes, err, peak_kib = _in_child([[*ONE_RUN, str(npz)], [*ONE_RUN, str(csv_path)]])
     assert codes == [EXIT_USAGE, EXIT_USAGE], err
     assert peak_kib < 1 << 20, f"peak RSS {peak_kib >> 10} MiB"
+
+
+# --- numbers in other digits, arrays given twice, a model's config.json (found by the CLI fuzz) ------------------
+
+
+def _scores_text(tmp_path, edit, id_type: str = "int"):
+    """The fuzz's valid scores CSV (ids 3..10 with id_type int, else c0..c7), its data row of the canary whose id
+    is 3 (int) or c0 (str) rewritten by `edit(fields)`."""
+    lines = hf.scores_base("csv", id_type)["csv"].decode().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.split(",")[0] in ("3", "c0"))
+    fields = lines[i].split(",")
+    edit(fields)
+    lines[i] = ",".join(fields)
+    path = tmp_path / "s.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("form", ["٣", "۳", "३", "３", "𝟑", "³", "0_3", "0" * 101 + "3", "3.0", "Ⅲ"])
+def test_an_integer_id_in_another_form_is_refused(tmp_path, form):
+    """int() reads '٣', '３' and '0_3' as 3 (the file was accepted as if the id were written 3) and fails on '³' where
+    str.isdigit() does not (an internal error): ids with id_type int follow the number grammar."""
+    path = _scores_text(tmp_path, lambda fields: fields.__setitem__(0, form))
+    assert "data row 1" in refused(tmp_path, [*ONE_RUN[:-3], "--scores", path], "scores.canary_id")
+
+
+@pytest.mark.parametrize("form", ["٠.٥", "０.５", "0_5", "⁵", "½", "1e999", "-inf", "NaN", "9" * 5000])
+def test_a_score_in_another_form_is_refused(tmp_path, form):
+    path = _scores_text(tmp_path, lambda fields: fields.__setitem__(1, form), id_type="str")
+    refused(tmp_path, [*ONE_RUN[:-3], "--scores", path], "scores")
+
+
+@pytest.mark.parametrize("form", ["١٠", "１０", "1_0", "¹⁰"])
+def test_numbers_in_other_digits_inside_json_inputs_are_refused(tmp_path, form):
+    (tmp_path / "h.json").write_text('{"phases": [{"noise_multiplier": 1.0, "sampling_rate": 0.01, "steps": '
+                                     + form + "}]}", encoding="utf-8")
+    refused(tmp_path, [*ACCOUNT, tmp_path / "h.json"], "history")
+    path = _with_prereg(tmp_path, lambda text: text.replace('"k_plus":2', '"k_plus":' + form))
+    refused(tmp_path, [*ONE_RUN[:-3], "--scores", path], "scores.preregistration")
+
+
+@pytest.mark.parametrize("name", ["member", "scores", "commitment"])
+@pytest.mark.parametrize("names", [("{}.npy", "{}.npy"), ("{}", "{}.npy")])
+def test_an_npz_array_given_twice_is_refused(tmp_path, name, names):
+    """numpy.load reads one of two members of one name: such a file is refused, never resolved."""
+    arrays = hf.scores_base("npz")["arrays"]
+    path = tmp_path / "s.npz"
+    buf = io.BytesIO()
+    np.save(buf, arrays[name], allow_pickle=False)
+    with zipfile.ZipFile(path, "w") as zf:
+        for key, array in arrays.items():
+            one = io.BytesIO()
+            np.save(one, array, allow_pickle=False)
+            zf.writestr(names[0].format(key) if key == name else f"{key}.npy", one.getvalue())
+        with pytest.warns(UserWarning, match="Duplicate name") if names[0] == names[1] else contextlib.nullcontext():
+            zf.writestr(names[1].format(name), buf.getvalue())
+    assert "given twice" in refused(tmp_path, [*ONE_RUN[:-3], "--scores", path], f"scores.{name}")
+
+
+def test_write_scores_file_refuses_int_ids_it_could_not_read_back(tmp_path):
+    signs = np.array([1, -1])
+    ids = [10**120, 3]
+    with pytest.raises(InvalidParameter, match="canary_ids"):
+        write_scores_file(tmp_path / "s.csv", [0.1, 0.9], signs, canary_ids=ids, salt=SALT)
+    assert not (tmp_path / "s.csv").exists()
+    write_scores_file(tmp_path / "s.npz", [0.1, 0.9], signs, canary_ids=[2**62, 3], salt=SALT)
+
+
+RUN_DPGRPO = ["run", "dp-grpo", "--preset", "tiny-cpu", "--device", "cpu", "--model"]
+RUN_DPGRPO_WORK = ("mechanisms.dpgrpo.pipeline.setup:arm_config",)
+
+
+@pytest.mark.parametrize("case", ["sparse", "deep", "duplicate", "1e999", "digits", "list", "fifo", "device",
+                                  "empty"])
+def test_run_dpgrpo_reads_a_models_config_json_bounded_before_any_work(tmp_path, case):
+    """`run dp-grpo --model DIR` checked only that DIR/config.json was a file: its content reached the work (and
+    transformers) unread."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    config = model / "config.json"
+    if case == "sparse":
+        with open(config, "wb") as fh:
+            fh.truncate(LIMITS["config"] + 1)
+    elif case == "fifo":
+        os.mkfifo(config)
+    elif case == "device":
+        config.symlink_to("/dev/zero")
+    else:
+        config.write_text({"deep": DEEP, "duplicate": '{"model_type": "qwen2", "model_type": "llama"}',
+                           "1e999": '{"model_type": "qwen2", "rope_theta": 1e999}',
+                           "digits": '{"model_type": "qwen2", "vocab_size": ١٦}', "list": '["qwen2"]',
+                           "empty": ""}[case], encoding="utf-8")
+    with deadline(20), patched_work(RUN_DPGRPO_WORK):
+        outcome = run_cli([*RUN_DPGRPO, str(model), "--out", str(tmp_path / "out")], tmp_path)
+    assert outcome.code == EXIT_USAGE and not outcome.started and len(outcome.err_lines) == 1, outcome
+    assert "invalid model=" in outcome.err and not outcome.new_paths, outcome
+
+
+def test_run_dpgrpo_accepts_a_models_config_json_object(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"")
+    (model / "config.json").write_text('{"model_type": "qwen2"}')
+    with deadline(60), patched_work(RUN_DPGRPO_WORK):
+        outcome = run_cli([*RUN_DPGRPO, str(model), "--out", str(tmp_path / "out")], tmp_path)
+    assert outcome.started, outcome

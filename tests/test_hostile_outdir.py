@@ -5,21 +5,19 @@ it, and nothing outside the output directory is created, truncated or removed; a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import stat
 from pathlib import Path
 
 import pytest
 
 from privcheck.artifacts import ArtifactDirectory, CheckResult, Claim, SuiteResult, write_artifact
-from privcheck.artifacts.outdir import LOCK_NAME
+from privcheck.artifacts.outdir import LOCK_NAME, OWNED_DIRECTORIES, OWNED_FILES
 from privcheck.artifacts.writer import MANIFEST_NAME
 from privcheck.cli import EXIT_USAGE
 from privcheck.errors import InvalidParameter
-from tests.cli_harness import patched_work, run_cli
+from tests.cli_harness import deadline, patched_work, run_cli
 
 KINDS = ("link-to-file", "dangling-link", "link-to-directory", "fifo", "device", "directory")
 WHAT = {"link-to-file": "a symbolic link", "dangling-link": "a symbolic link", "link-to-directory": "a symbolic link",
@@ -43,20 +41,6 @@ def suites(monkeypatch):
     registry = {"tiny": "tests.test_hostile_outdir:_suite"}
     monkeypatch.setattr("privcheck.verify.BUILTIN_SUITES", registry)
     monkeypatch.setattr("privcheck.verify.available_suites", lambda: registry)
-
-
-@contextlib.contextmanager
-def _deadline(seconds: int):
-    """A command that blocks (on a FIFO) fails the test instead of hanging it."""
-    def expired(signum, frame):
-        raise TimeoutError(f"blocked for {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 class Outside:
@@ -110,7 +94,7 @@ def _refused(tmp_path, argv, out: Path, planted: Path, kind: str, outside: Outsi
     reached (when `work` is patched), the planted entry and the output directory as they were, nothing outside
     touched."""
     before, entry = sorted(os.listdir(out)), _entry(planted)
-    with _deadline(20), patched_work(work):
+    with deadline(20), patched_work(work):
         outcome = run_cli(argv, tmp_path)
     shown = f"{argv} {kind}: {outcome}"
     assert outcome.code == EXIT_USAGE and not outcome.started, shown
@@ -165,9 +149,12 @@ def test_report_refuses_a_planted_entry(tmp_path, suites, name, kind):
     _refused(tmp_path, ["report", str(out)], out, out / name, kind, outside)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ["audit.json", LOCK_NAME, MANIFEST_NAME])
+@pytest.mark.parametrize(("name", "kind"), [
+    (name, kind) for name in OWNED_FILES + OWNED_DIRECTORIES for kind in KINDS
+    if (name, kind) != ("private", "directory")])
 def test_audit_one_run_refuses_a_planted_entry(tmp_path, name, kind):
+    """Every name privcheck writes in any output directory, whatever the command, refused for each kind of entry
+    (a device node under each of them too)."""
     outside, out = Outside(tmp_path), tmp_path / "out"
     out.mkdir()
     _plant(out / name, kind, outside)
@@ -181,7 +168,7 @@ def test_a_manifest_naming_a_place_outside_is_refused(tmp_path, suites, listed):
     outside, out = Outside(tmp_path), tmp_path / "out"
     out.mkdir()
     (out / MANIFEST_NAME).write_text(json.dumps({"heads": {"verification.json": [listed]}}))
-    with _deadline(20), patched_work(VERIFY_WORK):
+    with deadline(20), patched_work(VERIFY_WORK):
         outcome = run_cli(["verify", "--suite", "tiny", "--out", str(out)], tmp_path)
     assert outcome.code == EXIT_USAGE and not outcome.started and len(outcome.err_lines) == 1, outcome
     assert MANIFEST_NAME in outcome.err and repr(listed) in outcome.err, outcome
@@ -198,7 +185,7 @@ def test_leftover_names_are_removed_without_being_followed(tmp_path, kind):
     _plant(leftover, kind, outside)
     if kind == "directory":
         (leftover / "link").symlink_to(outside.dir, target_is_directory=True)
-    with _deadline(20):
+    with deadline(20):
         outcome = run_cli([*ONE_RUN, "--out", str(out)], tmp_path)
     assert outcome.code == 0 and "Traceback" not in outcome.err, outcome
     assert sorted(os.listdir(out)) == ["audit.json"] and outside.unchanged()
@@ -227,7 +214,7 @@ def test_artifact_directory_refuses_a_planted_sub_directory_or_file(tmp_path, ki
     planted = out / ("private" if kind == "link-to-directory" else "run-1.json")
     _plant(planted, kind, outside)
     entry = _entry(planted)
-    with _deadline(20), pytest.raises(InvalidParameter, match=WHAT[kind]):
+    with deadline(20), pytest.raises(InvalidParameter, match=WHAT[kind]):
         with ArtifactDirectory(out) as staging:
             staging.mkdir("private", mode=0o700)
             staging.write_bytes("private/log.jsonl", b"{}\n", mode=0o600)
@@ -257,6 +244,17 @@ def test_the_check_of_a_missing_directory_creates_nothing_beside_it(tmp_path, mo
     out = tmp_path / "a" / "out"
     check_output_directory(out)
     assert seen == [out.absolute()] and sorted(os.listdir(tmp_path)) == []
+
+
+def test_report_of_a_loop_of_links_names_the_directory(tmp_path):
+    """A directory path that loops (a -> b -> a) is no directory: refused naming `dir`, not as an OS error."""
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    for path in (tmp_path / "a", tmp_path / "a" / "sub"):
+        with deadline(20):
+            outcome = run_cli(["report", str(path)], tmp_path)
+        assert outcome.code == EXIT_USAGE and len(outcome.err_lines) == 1, outcome
+        assert outcome.err.startswith("privcheck: error: invalid dir=") and not outcome.new_paths, outcome
 
 
 @pytest.mark.parametrize("kind", ["link-to-file", "fifo", "directory"])

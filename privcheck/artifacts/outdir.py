@@ -86,14 +86,17 @@ def _as_path(out, name: str) -> Path:
 
 
 def entry_kind(path) -> str | None:
-    """What is at `path`, not following a final symbolic link: None when nothing, else "a regular file",
-    "a directory", "a symbolic link", "a FIFO", "a device node", "a socket"."""
+    """What is at `path`, not following a final symbolic link: None when nothing (or nothing can be: a parent is
+    not a directory, or is a loop of symbolic links), else "a regular file", "a directory", "a symbolic link",
+    "a FIFO", "a device node", "a socket"."""
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except NotADirectoryError:
-        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None
+        raise
     if stat.S_ISREG(mode):
         return "a regular file"
     if stat.S_ISDIR(mode):

@@ -97,8 +97,9 @@ def _parse_replicates(seeds, seed) -> tuple:
 
 
 def check_model_path(model_path) -> Path:
-    """Local weights, checked before any work: a directory with config.json and *.safetensors / *.bin weights
-    (save_pretrained), or a file that starts with the GGUF magic."""
+    """Local weights, checked before any work: a directory with config.json (a JSON object, bounded and strict:
+    `privcheck.inputs`) and *.safetensors / *.bin weights (save_pretrained), or a file that starts with the GGUF
+    magic."""
     allowed = "an existing local weights directory (config.json and *.safetensors or *.bin) or .gguf file"
     if isinstance(model_path, bool) or not isinstance(model_path, (str, PathLike)) or not str(model_path).strip():
         raise InvalidParameter("model", model_path, allowed)            # Path("") would be the working directory
@@ -110,6 +111,9 @@ def check_model_path(model_path) -> Path:
         return path
     if path.is_dir() and (path / "config.json").is_file() \
             and any(f.suffix in (".safetensors", ".bin") for f in path.iterdir()):
+        from privcheck.inputs import read_json
+        if not isinstance(read_json(path / "config.json", "config", "model"), dict):
+            raise InvalidParameter("model", str(path / "config.json"), "a config.json holding a JSON object")
         return path
     raise InvalidParameter("model", str(model_path), allowed)
 
