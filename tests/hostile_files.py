@@ -7,10 +7,10 @@ command-line value; its `valid` says whether the command must accept it (a symbo
 followed, docs/artifacts.md "Inputs"; a plant of what privcheck itself writes there is fine; everything else drawn
 here is refused).
 
-* Inputs. An `Input` says what a flag reads: a format ("json", "csv", "npz", "gguf", or "opaque": checked for
-  presence only), the size limit of its kind (`privcheck.inputs.LIMITS`), the suffix of its name, a valid file, and
-  whether the flag names a directory holding it (`member`, with `siblings`). `hostile_inputs(input)` draws a kind of
-  file, then its details:
+* Inputs. An `Input` says what a flag reads: a format ("json", "csv", "npz", "gguf", "key": an ed25519 key file,
+  or "opaque": checked for presence only), the size limit of its kind (`privcheck.inputs.LIMITS`), the suffix of
+  its name, a valid file, and whether the flag names a directory holding it (`member`, with `siblings`).
+  `hostile_inputs(input)` draws a kind of file, then its details:
   - not a regular file: a FIFO, a device (a link to /dev/zero, /dev/null or /dev/full, a device node, or the device
     path itself), a directory, a socket, a dangling link, a loop of links, a link to a FIFO;
   - a sparse file over the size limit (made with truncate: no disk), an empty file, non-UTF-8 bytes, a truncated file;
@@ -20,6 +20,7 @@ here is refused).
   - CSV scores: a field longer than MAX_CSV_FIELD in any cell, a number in a forbidden form in a score, membership or
     integer id cell (including the same number in other digits), a header key given twice, and the JSON defects
     inside the embedded preregistration;
+  - key files (--sign, --trust): truncated, the other side's key, an encrypted key, an RSA key, bit-flipped, zeros;
   - .npz scores: an array whose header claims too many elements or bytes, an object array, over-long strings, a
     member that is not an .npy array, a member name given twice, non-finite scores, membership bits that are not 0/1,
     and the JSON defects inside the embedded preregistration.
@@ -54,7 +55,7 @@ from privcheck.inputs import LIMITS, MAX_CSV_FIELD, MAX_DEPTH, MAX_INT_DIGITS, M
 from privcheck.validation import NUMBER_TEXT_MAX
 
 __all__ = ["HostileInput", "Input", "Plant", "Victim", "can_make_device_nodes", "entry_state", "hostile_inputs",
-           "json_defect", "planted_outputs", "scores_base", "tiny_suite", "verification_document"]
+           "json_defect", "key_files", "planted_outputs", "scores_base", "tiny_suite", "verification_document"]
 
 DEVICES = ("/dev/zero", "/dev/null", "/dev/full")
 DEVICE_NUMBERS = {"/dev/null": (1, 3), "/dev/zero": (1, 5), "/dev/full": (1, 7)}
@@ -483,6 +484,33 @@ def scores_base(ext: str, id_type: str = "str") -> dict:
     return out
 
 
+@functools.cache
+def key_files() -> dict[str, bytes]:
+    """An ed25519 key pair (PEM private, PEM public, OpenSSH public), the private key encrypted, and an RSA key: the
+    valid keys of --sign and --trust and the wrong ones their defects draw."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    pem, pkcs8 = ser.Encoding.PEM, ser.PrivateFormat.PKCS8
+    return {"private": key.private_bytes(pem, pkcs8, ser.NoEncryption()),
+            "public": key.public_key().public_bytes(pem, ser.PublicFormat.SubjectPublicKeyInfo),
+            "ssh-public": key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH),
+            "encrypted": key.private_bytes(pem, pkcs8, ser.BestAvailableEncryption(b"passphrase")),
+            "rsa": rsa.generate_private_key(public_exponent=65537, key_size=1024 + 1024)
+            .private_bytes(pem, pkcs8, ser.NoEncryption())}
+
+
+def _key_defect(draw, base: bytes) -> tuple[str, bytes]:
+    """A file that is not the ed25519 key of its side: truncated, the other side's key, encrypted, RSA, bit-flipped."""
+    keys = key_files()
+    other = keys["public"] if base == keys["private"] else keys["private"]
+    name = draw(st.sampled_from(("truncated", "other side", "encrypted", "rsa", "flipped", "zeros")))
+    data = {"truncated": base[: len(base) // 2], "other side": other, "encrypted": keys["encrypted"],
+            "rsa": keys["rsa"], "flipped": base.replace(b"M", b"N", 1), "zeros": bytes(len(base))}[name]
+    return name, data
+
+
 # the draw ------------------------------------------------------------------------------------------------------------
 
 
@@ -528,6 +556,8 @@ def hostile_inputs(draw, inp: Input, valid_ok: bool = True) -> HostileInput:
         detail, data = draw(_csv_defect(base))
     elif inp.format == "npz":
         detail, data = draw(_npz_defect(base))
+    elif inp.format == "key":
+        detail, data = _key_defect(draw, base)
     else:                                                    # "gguf": a file shorter than its magic, or another magic
         data = draw(st.sampled_from([base[:3], b"GGUG" + base[4:], b"\0" * len(base), b"ggml" + base[4:]]))
         detail = f"starts {data[:4]!r}"

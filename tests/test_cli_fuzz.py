@@ -149,7 +149,11 @@ DPSGD_FILES = tuple(FileFlag("--history", inp, drop=("--sampling-rate", "--noise
                     for inp in (HISTORY, OPACUS_HISTORY))
 SCORES_FILES = tuple(FileFlag("--scores", inp, drop=("--canaries", "--guesses", "--correct"))
                      for inp in (SCORES_CSV, SCORES_CSV_INT_IDS, SCORES_NPZ))
-REPORT_FILES = tuple(FileFlag("dir", inp, valid_ok=False, blame=("artifact",)) for inp in (VERIFICATION, RUN_ARTIFACT))
+SIGNING_KEY = hf.Input("key", lambda: hf.key_files()["private"], ".key", "key", name="signing key")
+TRUSTED_KEY = hf.Input("key", lambda: hf.key_files()["public"], ".pub", "key", name="trusted key")
+REPORT_FILES = (*(FileFlag("dir", inp, valid_ok=False, blame=("artifact",)) for inp in (VERIFICATION, RUN_ARTIFACT)),
+                # a valid key would render the report (exit 1: the document is not signed), so only bad ones
+                FileFlag("--trust", TRUSTED_KEY, needs=(("dir", VERIFICATION),), valid_ok=False))
 AUDIT_MODEL_FILES = (FileFlag("--model", MODEL_DIR, valid_ok=False),
                      FileFlag("--tokenizer", TOKENIZER, needs=(("--model", MODEL_DIR),), valid_ok=False))
 
@@ -263,7 +267,7 @@ SPECS = [
     Spec(("verify",), {"--out": "{out}"}, {
         "--out": out(), "--suite": Flag((("accounting",), ("audits", "selection")), (("bogus",),)),
         "--seed": seed(), "--json": SWITCH_FLAG},
-        required=("--out",), work=("privcheck.verify:_load",), writes=True),
+        required=("--out",), work=("privcheck.verify:_load",), writes=True, files=(FileFlag("--sign", SIGNING_KEY),)),
     Spec(("report",), {}, {"--json": SWITCH_FLAG},
          positional=Flag((), ("{missing}", "{file}", "{dir}", "/proc/self/x", ""), name="dir"),
          files=REPORT_FILES, out_needs=(("verification.json", VERIFICATION),)),
@@ -650,11 +654,13 @@ def file_cases(draw, spec: Spec) -> FileCase:
         needs = tuple((name, inp.valid_bytes()) for name, inp in spec.out_needs)
         drawn = draw(hf.planted_outputs(needs, valid_ok=flag != "dir", taken=spec.out_taken))  # report: no plots
         blamed = {flag, _name(flag)}
-    argv = [*spec.words, *([HOSTILE] if flag == "dir" else [])]
+    positional = HOSTILE if flag == "dir" else next((p for p, f, _ in extra if f == "dir"), None)
+    argv = [*spec.words, *([positional] if positional else [])]
     if flag != "dir":
         values[flag] = HOSTILE
     for placeholder, f, _ in extra:
-        values[f] = placeholder
+        if f != "dir":                  # report's positional, placed above
+            values[f] = placeholder
     for f, value in values.items():
         argv += _tokens(f, value)
     if draw(st.booleans()) and "--json" in spec.flags:
