@@ -384,3 +384,14 @@ def test_run_dpgrpo_accepts_a_models_config_json_object(tmp_path):
     with deadline(60), patched_work(RUN_DPGRPO_WORK):
         outcome = run_cli([*RUN_DPGRPO, str(model), "--out", str(tmp_path / "out")], tmp_path)
     assert outcome.started, outcome
+
+
+def test_a_duplicate_id_late_in_a_large_file_is_found_in_seconds(tmp_path):
+    """Duplicate ids were once searched in quadratic time (hours for 10⁶ ids with the duplicate last)."""
+    m = 1_000_000
+    ids = np.arange(m)
+    ids[-1] = 0
+    path = tmp_path / "dup.npz"
+    np.savez(path, canary_ids=ids, scores=np.zeros(m), member=np.zeros(m, dtype=np.int8),
+             commitment=np.array("sha256:" + "0" * 64), salt=np.array(SALT.hex()))
+    assert "0 twice" in refused(tmp_path, [*ONE_RUN, path], "scores.canary_id")
