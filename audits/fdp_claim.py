@@ -187,3 +187,31 @@ def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, 
                        assumptions=report.ONE_RUN_ASSUMPTIONS, extra_assumptions=(claim_family_label(event),),
                        diagnostics=report.diagnostics_block(diagnostics), software=report.software(),
                        randomness=report.randomness_block("external", None))
+
+
+def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 8,
+                      seed: int = 0) -> dict:
+    """Planned claim-curve ε_lower for m canaries (audits.power style, expected counts): for each pre-declared rule
+    of a `points`-point grid of top-only and balanced rules, v = the rule's correct count on power's reference
+    sample of the score model (seeded), and ε_lower(m, k, v); the largest and its rule, beside the Steinke
+    planned bound of the same rule and the claimed ε. A forecast, not a bound."""
+    from audits.power import GuessRule, _reference_counts, guess_counts, parse_score_model
+
+    m = val.count("m", m, 1, MAX_CANARIES)
+    event = _check_event(event)
+    delta = val.open_unit("delta", delta)
+    p = val.significance(val.open_unit("confidence", confidence))
+    model = parse_score_model(score_model) if isinstance(score_model, str) else score_model
+    ks = guess_counts(m, points)
+    rules = [GuessRule(k, 0) for k in ks] + [GuessRule((k + 1) // 2, k // 2) for k in ks if k > 1]
+    ratio, correct = _reference_counts(model, m, rules, np.random.default_rng(seed))
+    best = {"eps_lower": -1.0}
+    for rule, c in zip(rules, correct):
+        k = rule.k_plus + rule.k_minus
+        v = c // ratio
+        out = claim_eps_lower(m, k, v, event, delta, p)
+        if out["eps_lower"] > best["eps_lower"]:
+            best = {"eps_lower": out["eps_lower"], "k_plus": rule.k_plus, "k_minus": rule.k_minus, "correct": v,
+                    "eps_lower_steinke": eps_lower(m, k, v, delta, p)}
+    best["eps_claimed"] = epsilon(event, delta).value
+    return best
