@@ -28,7 +28,7 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["EPS_CAP", "MU_CAP", "delta_of_eps", "eps_of_mu", "fdp_mu_lower", "fdp_one_run", "fdp_rejects",
-           "from_rates", "mu_from_rates", "mu_of_eps"]
+           "fdp_rejects_curve", "from_rates", "mu_from_rates", "mu_of_eps"]
 
 EPS_CAP = 100.0
 MU_CAP = 100.0
@@ -136,20 +136,27 @@ def from_rates(fp: int, n_out: int, fn: int, n_in: int, *, delta: float, confide
 # One-run f-DP.
 
 
+def fdp_rejects_curve(m: int, r: int, v: int, binv, tau: float) -> bool:
+    """True ⇒ "𝓜 is f-DP" is rejected at level τ by the one-run counts (m, r, v), for a symmetric trade-off curve f
+    given by its inverse blow-up map binv(x) = f(1 − x) (Mahloujifar et al.; the recursion is written out in
+    docs/audits.md, "Proof notes"). A pointwise smaller binv (a less private curve) never rejects more."""
+    R, H = tau * v / m, tau * (r - v) / m
+    for i in range(v - 1, -1, -1):
+        H_new = max(H, float(binv(R)))
+        if H_new == H:
+            break
+        R = min(1.0, R + (i / (r - i)) * (H_new - H))
+        H = H_new
+    return R + H > r / m
+
+
 def fdp_rejects(m: int, r: int, v: int, mu: float, tau: float) -> bool:
     """True ⇒ "𝓜 is μ-GDP" is rejected at level τ by the one-run counts (m, r, v) (Mahloujifar et al.; the
     recursion is written out in docs/audits.md, "Proof notes")."""
     def binv(x: float) -> float:     # inverse of the Gaussian blow-up map
         return float(ndtr(ndtri(x) - mu))
 
-    R, H = tau * v / m, tau * (r - v) / m
-    for i in range(v - 1, -1, -1):
-        H_new = max(H, binv(R))
-        if H_new == H:
-            break
-        R = min(1.0, R + (i / (r - i)) * (H_new - H))
-        H = H_new
-    return R + H > r / m
+    return fdp_rejects_curve(m, r, v, binv, tau)
 
 
 def fdp_mu_lower(m: int, r: int, v: int, tau: float) -> tuple[float, bool]:

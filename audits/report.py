@@ -38,7 +38,7 @@ SCHEMA_ID = "privcheck.audit/1"
 SCHEMA_FILE = "audit.schema.json"
 ARTIFACT = "audit.json"
 
-METHODS = ("steinke_one_run", "clopper_pearson", "gdp_rates", "fdp_one_run", "blackbox_pair")
+METHODS = ("steinke_one_run", "clopper_pearson", "gdp_rates", "fdp_one_run", "blackbox_pair", "fdp_claim_curve")
 GDP_METHODS = ("gdp_rates", "fdp_one_run")
 GAUSSIAN_TRADEOFF = "gaussian_tradeoff"
 
@@ -66,6 +66,7 @@ HEADLINES = {
     "blackbox_pair": ("eps_lower",),
     "gdp_rates": ("mu_lower", "eps_estimate_gdp_family", "extra_assumptions"),
     "fdp_one_run": ("mu_lower", "eps_estimate_gdp_family", "extra_assumptions"),
+    "fdp_claim_curve": ("eps_lower", "eps_lower_steinke", "rejects_nominal", "extra_assumptions"),
 }
 
 
@@ -112,6 +113,10 @@ class AuditReport:
                 raise ValueError("GDP-family reports carry mu_lower and eps_estimate_gdp_family")
         elif "eps_lower" not in self.result:
             raise ValueError(f"{self.method} reports carry result.eps_lower")
+        if self.method == "fdp_claim_curve" and (
+                "eps_lower_steinke" not in self.result
+                or not any(a.startswith("claim_family:") for a in self.extra_assumptions)):
+            raise ValueError("fdp_claim_curve reports carry eps_lower_steinke and a claim_family:<event> assumption")
 
     def to_json(self) -> dict:
         """The `privcheck.audit/1` object (plain dicts and lists, JSON-ready; no NaN or infinity)."""

@@ -5,7 +5,7 @@ events (`epsilon_pld`, `calibrate_sigma`, `privbon_epsilon`, ...) are the per-me
 entry point, kept for direct use; code outside this package goes through `epsilon` / `calibrate` / a plan.
 """
 
-from privcheck.accounting.accountant import METHODS, epsilon, epsilon_lower_bound
+from privcheck.accounting.accountant import METHODS, epsilon, epsilon_lower_bound, epsilon_profile
 from privcheck.accounting.calibration import (
                                               Calibration,
                                               CalibrationInfeasible,
@@ -60,7 +60,8 @@ from privcheck.accounting.selection import (
 
 __all__ = [
     # the entry points, events and plans
-    "epsilon", "epsilon_lower_bound", "calibrate", "METHODS", "Event", "NeighboringRelation", "event_from_json",
+    "epsilon", "epsilon_lower_bound", "epsilon_profile", "calibrate", "METHODS", "Event", "NeighboringRelation",
+    "event_from_json",
     "GaussianEvent", "PoissonGaussianEvent", "CompositionHistory", "PrivBoNEvent", "PrivITPEvent", "PrivITPPhase1Event",
     "PrivITPWorstCaseEvent", "GaussianReportNoisyMaxEvent", "GaussianAboveThresholdEvent", "DPSGDPlan",
     "DPGRPOPlan",

@@ -41,10 +41,10 @@ from privcheck.accounting.events import (
     PrivITPWorstCaseEvent,
 )
 from privcheck.accounting.records import AccountingRecord
-from privcheck.errors import InvalidParameter
+from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics.certified import float_up
 
-__all__ = ["METHODS", "epsilon", "epsilon_lower_bound", "epsilon_value"]
+__all__ = ["METHODS", "PROFILE_BATCH", "epsilon", "epsilon_lower_bound", "epsilon_profile", "epsilon_value"]
 
 METHODS = {
     GaussianEvent: ("analytic",),
@@ -57,6 +57,7 @@ METHODS = {
     GaussianReportNoisyMaxEvent: ("integral",),
     GaussianAboveThresholdEvent: ("integral",),
 }
+PROFILE_BATCH = 7          # δ per certified composition in `epsilon_profile` (one tilt serves about 3 decades)
 _OPTIONS = {"pld": {"interval", "tolerance"}, "pld_float": {"interval"}, "rdp": {"orders"}}
 
 
@@ -247,3 +248,35 @@ def epsilon_value(event: Event, delta: float | None = None, **options) -> float:
         return dpsgd.pld_history_epsilon_value(phases, pld_certified.check_delta("delta", delta), interval,
                                                event.relation.value)
     return epsilon(event, delta).value
+
+
+def epsilon_profile(event: Event, deltas) -> tuple[float, ...]:
+    """Certified upper bounds ε_i on the exact ε(δ_i) of `event`, one per δ_i (a privacy profile: the mechanism is
+    (ε_i, δ_i)-DP for every i). Never a reported ε: the audits build from it a trade-off curve that lies below the
+    mechanism's (docs/audits.md, "f-DP against the claim's own curve").
+
+    `PoissonGaussianEvent` and `CompositionHistory`: the upper ends of the certified PLD (dominating
+    discretisation), composed once per batch of PROFILE_BATCH consecutive δ (sorted), so that each batch gets a
+    tilt of its own; other events: `epsilon(event, δ).value` per δ. A numerical failure gives ε = inf for the
+    δ concerned (the pair then says nothing). Arguments are checked before any work."""
+    if not isinstance(event, Event) or type(event) not in METHODS:
+        raise InvalidParameter("event", type(event).__name__, "a privcheck.accounting event")
+    deltas = tuple(_delta(event, d) for d in deltas)
+    if not deltas:
+        raise InvalidParameter("deltas", deltas, "at least one δ")
+    if not isinstance(event, (PoissonGaussianEvent, CompositionHistory)):
+        return tuple(epsilon(event, d).value for d in deltas)
+    phases = _phases(event)
+    for p in phases:
+        pld_certified.check_noise("noise_multiplier", p[1])
+    order = sorted(range(len(deltas)), key=lambda i: deltas[i])
+    out = [math.inf] * len(deltas)
+    for start in range(0, len(order), PROFILE_BATCH):
+        idx = order[start:start + PROFILE_BATCH]
+        try:
+            bounds = pld_certified.certified_epsilons(phases, tuple(deltas[i] for i in idx), event.relation.value)
+        except (CertificationError, ArithmeticError, ValueError, OverflowError, MemoryError):  # fail closed
+            continue
+        for i, b in zip(idx, bounds):
+            out[i] = b.upper if math.isfinite(b.upper) and b.upper >= 0 else math.inf
+    return tuple(out)
