@@ -17,6 +17,14 @@ significance p = 1 − confidence:
   ε_nom), null if even v = k* does not; whether any audit with m canaries can certify ε_nom at all, the
   number of canaries that would be needed, and a plain-language `message`.
 
+Noiseless guard (default; `noiseless_guard=False` turns it off): when the score model describes a subsampled noisy
+mechanism (`ScoreModel.never_sampled` = (1 − q)^T, e.g. `dpsgd_dirac`) and ε_nom is given, each rule also gets
+`noiseless_miss`, an exact-tail upper bound on the probability that a run of the mechanism with its noise removed is
+*not* rejected at ε_nom (`noiseless_miss`: sampled included canaries outscore the rest; never-sampled included
+canaries tie with the excluded ones). k* is then the best planned bound among the rules whose bound is at most
+NOISELESS_MISS; if there is none (e.g. the ceiling is below ε_nom), the best rule overall, and the report says so.
+The guard uses public parameters only (m, q, T, ε_nom, δ), so k* stays pre-registrable.
+
 Grid: the default grid (`default_k_grid`) has top-only rules (k, 0) and also balanced rules (⌈k/2⌉, ⌊k/2⌋), for k
 up to m, so that a perfect score model plans the ceiling. The planned bound is the expected-count figure on an
 exactly balanced reference; it ignores the realised imbalance of S, so for two-sided rules with k near m the Monte
@@ -51,10 +59,10 @@ from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
 
 __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling", "DEFAULT_GRID_POINTS", "GridPoint",
-           "GuessRule", "MAX_SIMULATED_DRAWS", "MC_SEED_LABEL", "POWER_BLOCK_KEYS", "PlanInputs", "PowerReport",
-           "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid", "guess_counts",
-           "max_draws_per_score", "mc_tasks", "min_correct", "nominal_epsilon", "plan", "plot_bound_vs_canaries",
-           "validate_plan_inputs"]
+           "GuessRule", "MAX_SIMULATED_DRAWS", "MC_SEED_LABEL", "NOISELESS_MISS", "POWER_BLOCK_KEYS", "PlanInputs",
+           "PowerReport", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid",
+           "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss", "nominal_epsilon",
+           "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
@@ -63,6 +71,7 @@ SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in tasks of abo
 MC_SEED_LABEL = "audits.power/monte_carlo/{}"     # task j's seed: RandomnessPolicy.derive_seed(label.format(j))
 CANARIES_SEARCH_MAX = MAX_CANARIES   # the canaries search stops here (the ceiling property is verified up to 1e8)
 MAX_SIMULATED_DRAWS = 2 * 10**9   # random numbers a plan draws (reference sample + sims·m scores): about a minute
+NOISELESS_MISS = 1e-6             # the default plan misses a run without noise with at most this probability
 POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
                     "prob_zero", "score_model")
 
@@ -259,6 +268,52 @@ def nominal_epsilon(score_model, delta: float) -> tuple[float, str] | None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The noiseless-run guard
+
+
+def noiseless_miss(m: int, rule: GuessRule, need: int | None, never_sampled: float) -> float:
+    """Upper bound on P[a run of the mechanism with its noise removed is *not* rejected] by `rule`, where `need` is
+    `min_correct(m, k, ε_nom, δ, confidence)` (None: even k correct guesses do not reject) and `never_sampled` is
+    u₀ = (1 − q)^T.
+
+    Without noise, an included canary sampled at least once (probability a = (1 − u₀)/2 per canary, S_i ~ Bern(½))
+    scores strictly above every other canary; the others (excluded, or included but never sampled) score exactly
+    alike, and among them a canary is included with probability b = u₀/(1 + u₀), independently. With N₁ ~ Bin(m, a)
+    sampled included canaries: if k₊ ≤ N₁ ≤ m − k₋, the k₊ top guesses are all right, and the k₋ bottom guesses fall
+    on tied canaries chosen by the public tie-break key (independent of S), of which W ~ Bin(k₋, b) are wrong. The
+    test rejects iff W ≤ k − need. Union bound: miss ≤ P[N₁ < k₊] + P[N₁ > m − k₋] + P[Bin(k₋, b) > k − need].
+    """
+    if need is None:
+        return 1.0
+    from scipy.stats import binom
+    a, b = 0.5 * (1.0 - never_sampled), never_sampled / (1.0 + never_sampled)
+    miss = float(binom.cdf(rule.k_plus - 1, m, a)) + float(binom.sf(m - rule.k_minus, m, a))
+    if rule.k_minus:
+        miss += float(binom.sf(rule.guesses - need, rule.k_minus, b))
+    return min(1.0, miss)
+
+
+def _noiseless_guard(grid, rules, m, eps_nominal, delta, confidence, never_sampled):
+    """The grid with each rule's `noiseless_miss`, and the guard's summary: `guarded` is True when at least one
+    rule rejects a run without noise except with probability ≤ NOISELESS_MISS (the plan then chooses among those
+    rules only)."""
+    from scipy.stats import binom
+    a = 0.5 * (1.0 - never_sampled)
+    out = []
+    for rule, g in zip(rules, grid):
+        sampling_miss = float(binom.cdf(rule.k_plus - 1, m, a)) + float(binom.sf(m - rule.k_minus, m, a))
+        if sampling_miss > NOISELESS_MISS:             # already too likely to miss: skip the min_correct search
+            miss = min(1.0, sampling_miss)
+        else:
+            miss = noiseless_miss(m, rule, min_correct(m, rule.guesses, eps_nominal, delta, confidence),
+                                  never_sampled)
+        out.append(GridPoint(g.k_plus, g.k_minus, g.precision, g.correct, g.eps_lower, miss))
+    guarded = any(g.noiseless_miss <= NOISELESS_MISS for g in out)
+    return out, {"never_sampled": never_sampled, "max_miss": NOISELESS_MISS, "guarded": guarded,
+                 "miss_bound": None}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Simulation
 
 
@@ -324,10 +379,12 @@ class GridPoint:
     precision: float
     correct: int
     eps_lower: float
+    noiseless_miss: float | None = None    # bound on P[a run without noise is not rejected] (`noiseless_miss`)
 
     def to_json(self) -> dict:
         return {"k_plus": self.k_plus, "k_minus": self.k_minus, "guesses": self.k_plus + self.k_minus,
-                "precision": self.precision, "correct": self.correct, "eps_lower": self.eps_lower}
+                "precision": self.precision, "correct": self.correct, "eps_lower": self.eps_lower,
+                "noiseless_miss": self.noiseless_miss}
 
 
 @dataclass(frozen=True)
@@ -363,6 +420,7 @@ class PowerReport:
     message: str
     sims_finished: int = 0
     execution: dict | None = None      # `audits.backends.TaskRun.to_json()` of the Monte Carlo tasks
+    noiseless: dict | None = None      # the noiseless-run guard (`_noiseless_guard`), None when not applicable
 
     @property
     def guesses(self) -> int:
@@ -395,6 +453,7 @@ class PowerReport:
                            "note": (f"seeded plan (seed {self.seed}): reproducible" if seeded
                                     else "unseeded plan (OS entropy): not reproducible")},
             "grid": [g.to_json() for g in self.grid],
+            "noiseless": None if self.noiseless is None else dict(self.noiseless),
             "message": self.message,
         }
 
@@ -440,11 +499,12 @@ class PlanInputs:
     backend: str = "serial"
     address: str | None = None
     max_retries: int = DEFAULT_MAX_RETRIES
+    noiseless_guard: bool = True
 
 
 def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200,
                          seed=None, backend="serial", address=None,
-                         max_retries=DEFAULT_MAX_RETRIES) -> PlanInputs:
+                         max_retries=DEFAULT_MAX_RETRIES, noiseless_guard=True) -> PlanInputs:
     """Check every input of `plan` without doing any work (the CLI calls it before deriving a nominal ε)."""
     m = _canaries(m)
     delta = _delta(delta)
@@ -455,19 +515,22 @@ def validate_plan_inputs(m, *, delta, confidence, eps_nominal, score_model, k_gr
     sims, seed = val.count("sims", sims), _seed(seed)
     _check_cost(m, sims, model)
     backend, address, max_retries = check_backend(backend, address, max_retries)
+    if not isinstance(noiseless_guard, bool):
+        raise InvalidParameter("noiseless_guard", noiseless_guard, "True or False")
     return PlanInputs(m, delta, float(confidence), eps_nominal, model, rules, sims, seed, backend, address,
-                      max_retries)
+                      max_retries, noiseless_guard)
 
 
 def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=200, seed=None, backend="serial",
-         address=None, max_retries=DEFAULT_MAX_RETRIES) -> PowerReport:
+         address=None, max_retries=DEFAULT_MAX_RETRIES, noiseless_guard=True) -> PowerReport:
     """Plan a one-run audit with m canaries (module docstring). All inputs are validated before any work.
 
     `backend`, `address`, `max_retries`: where the Monte Carlo tasks run (`audits.backends.run_tasks`).
+    `noiseless_guard=False` plans the idealised attacker's best rule on an honest run only (module docstring).
     """
     inputs = validate_plan_inputs(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal,
                                   score_model=score_model, k_grid=k_grid, sims=sims, seed=seed, backend=backend,
-                                  address=address, max_retries=max_retries)
+                                  address=address, max_retries=max_retries, noiseless_guard=noiseless_guard)
     m, delta, eps_nominal, model, rules, sims, seed = (inputs.m, inputs.delta, inputs.eps_nominal, inputs.model,
                                                         inputs.rules, inputs.sims, inputs.seed)
     p = _significance(confidence)
@@ -481,8 +544,15 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
         k = rule.guesses
         v = c // ratio                                   # ⌊precision·k⌋ with precision = c/(R·k), in integers
         grid.append(GridPoint(rule.k_plus, rule.k_minus, c / (ratio * k), v, eps_lower(m, k, v, delta, p)))
-    best = max(range(len(grid)), key=lambda i: (grid[i].eps_lower, -i))
+    guard = None
+    if inputs.noiseless_guard and eps_nominal is not None and model.never_sampled is not None:
+        grid, guard = _noiseless_guard(grid, rules, m, eps_nominal, delta, confidence, model.never_sampled)
+    eligible = [i for i, g in enumerate(grid) if guard is None or not guard["guarded"]
+                or g.noiseless_miss <= NOISELESS_MISS]
+    best = max(eligible, key=lambda i: (grid[i].eps_lower, -i))
     chosen, point = rules[best], grid[best]
+    if guard is not None:
+        guard["miss_bound"] = point.noiseless_miss
 
     tasks = [(model, m, chosen, n, task_seed) for n, task_seed in mc_tasks(m, sims, policy)]
     run = run_tasks(_mc_task, tasks, backend=inputs.backend, address=inputs.address,
@@ -510,12 +580,31 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
         nominal_certifiable=certifiable, canaries_needed_for_nominal=needed, plan_reaches_nominal=reaches,
         mc_median=median, mc_p10=p10, mc_p90=p90, prob_zero=float(np.mean(eps_sim == 0.0)),
         mc_prob_reject_nominal=reject_rate, search_capped=capped, sims=sims, seed=seed,
-        reference_scores=ratio * m, grid=tuple(grid), sims_finished=int(v_sim.size), execution=run.to_json())
+        reference_scores=ratio * m, grid=tuple(grid), sims_finished=int(v_sim.size), execution=run.to_json(),
+        noiseless=guard)
     return PowerReport(**report, message=_message(report, p))
 
 
 def _message(r: dict, p: float) -> str:
-    """A plain statement of what the plan says about the nominal claim."""
+    """A plain statement of what the plan says about the nominal claim, and about a run without noise."""
+    guard = r.get("noiseless")
+    if guard is None:
+        return _verdict(r, p)
+    share = f"never-sampled share of included canaries (1 - q)^T = {guard['never_sampled']:.3g}"
+    if not r["nominal_certifiable"]:
+        return _verdict(r, p) + (" NO NOISELESS GUARD: no run, with or without noise, can be rejected at this "
+                                 "ceiling.")
+    if guard["guarded"]:
+        tail = (f" NOISELESS GUARD: with k+ = {r['k_plus']}, k- = {r['k_minus']}, a run with its noise removed is "
+                f"rejected except with probability <= {guard['miss_bound']:.2g} ({share}).")
+    else:
+        tail = (f" NO NOISELESS GUARD: no rule of the grid rejects a run with its noise removed except with "
+                f"probability <= {guard['max_miss']:.0e} ({share}; included canaries that are never sampled tie "
+                f"with the excluded ones, so such a run cannot get every guess right).")
+    return _verdict(r, p) + tail
+
+
+def _verdict(r: dict, p: float) -> str:
     head = (f"m = {r['m']} canaries, δ = {r['delta']:.6g}, confidence {1 - p:.6g}: ceiling {r['eps_ceiling']:.4f} "
             f"(all {r['ceiling_guesses']} guesses correct); planned bound {r['planned_eps_lower']:.4f} with "
             f"k* = {r['k_plus'] + r['k_minus']} guesses (k+ = {r['k_plus']}, k- = {r['k_minus']}) under "
@@ -564,7 +653,7 @@ class BoundCurve:
 
 
 def plot_bound_vs_canaries(score_model, canaries, *, delta, confidence=0.95, eps_nominal=None, sims=50, seed=0,
-                           path=None) -> BoundCurve:
+                           path=None, noiseless_guard=True) -> BoundCurve:
     """Planned bound vs number of canaries for a score model (matplotlib Agg); writes `path` atomically if given."""
     model = parse_score_model(score_model)
     if isinstance(canaries, (str, bytes)) or not hasattr(canaries, "__iter__"):
@@ -585,7 +674,8 @@ def plot_bound_vs_canaries(score_model, canaries, *, delta, confidence=0.95, eps
         raise PrivcheckError(f"matplotlib is required for the plot (pip install 'privcheck[plots]'): {exc}") from exc
 
     reports = [plan(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal, score_model=model, sims=sims,
-                    seed=None if seed is None else seed + i) for i, m in enumerate(ms)]
+                    seed=None if seed is None else seed + i, noiseless_guard=noiseless_guard)
+               for i, m in enumerate(ms)]
     column = {key: tuple(getattr(r, key) for r in reports)
               for key in ("eps_ceiling", "planned_eps_lower", "mc_p10", "mc_median", "mc_p90")}
     fig, ax = plt.subplots(figsize=(6.4, 4.2))

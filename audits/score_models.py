@@ -65,6 +65,13 @@ class ScoreModel:
         """The `privcheck.accounting` event of the audited mechanism, or None when the model has none."""
         return None
 
+    @property
+    def never_sampled(self) -> float | None:
+        """For a subsampled noisy mechanism whose noise a faulty run could omit: the probability (1 − q)^T that an
+        included canary is never sampled (it then scores exactly like an excluded one, with or without noise).
+        None when the model describes no such mechanism (the planner then has no noiseless run to guard against)."""
+        return None
+
 
 @dataclass(frozen=True)
 class Perfect(ScoreModel):
@@ -140,6 +147,12 @@ class DPSGDDirac(ScoreModel):
         """The audited DP-SGD / DP-GRPO mechanism: Poisson rate q, noise multiplier σ, T steps (add/remove)."""
         from privcheck.accounting import PoissonGaussianEvent
         return PoissonGaussianEvent(sampling_rate=self.q, noise_multiplier=self.sigma, steps=self.steps)
+
+    @property
+    def never_sampled(self) -> float:
+        """(1 − q)^T: an included canary with K = 0 inclusions carries no signal and ties with the excluded ones
+        (in `draw` its K is 0, exactly as for an excluded canary)."""
+        return math.exp(self.steps * math.log1p(-self.q)) if self.q < 1 else 0.0
 
     @property
     def draws_per_score(self) -> int:

@@ -536,7 +536,8 @@ def test_slow_power_plan_figures(tmp_path, monkeypatch):
     assert len(rows) == 4
     for stat, m, ceiling, planned, band, zero in rows:
         r = plan(int(m.replace(",", "")), delta=delta, confidence=0.95, eps_nominal=5.0385,
-                 score_model=DPSGDDirac(q, sigma, T, "llr" if stat == "LLR" else "sum"), sims=200, seed=2024)
+                 score_model=DPSGDDirac(q, sigma, T, "llr" if stat == "LLR" else "sum"), sims=200, seed=2024,
+                 noiseless_guard=False)
         shown_planned, guesses = re.fullmatch(r"\**([\d.]+)\** \((\d+)\)", planned).groups()
         median, p10, p90 = re.fullmatch(r"([\d.]+) \[([\d.]+), ([\d.]+)\]", band).groups()
         assert _shows(ceiling, r.eps_ceiling) and _shows(shown_planned, r.planned_eps_lower), (stat, m)
@@ -546,7 +547,7 @@ def test_slow_power_plan_figures(tmp_path, monkeypatch):
     m_row, ceilings, planned = table_after(page, "Planned bound against m (LLR, 50 simulated audits", header=True)
     ms = [int(x.replace(",", "")) for x in m_row[1:]]
     curve = plot_bound_vs_canaries(DPSGDDirac(q, sigma, T, "llr"), ms, delta=delta, eps_nominal=5.03849813457551,
-                                   sims=50, seed=0)
+                                   sims=50, seed=0, noiseless_guard=False)
     for shown, computed in ((ceilings[1:], curve.eps_ceiling), (planned[1:], curve.planned_eps_lower)):
         assert all(_shows(v, c) for v, c in zip(shown, computed, strict=True)), (shown, computed)
 

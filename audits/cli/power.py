@@ -1,7 +1,7 @@
 """`privcheck audit power`: plan a one-run canary audit before running it (docs/audits.md, "Power analysis").
 
     privcheck audit power --canaries M --delta D [--confidence C] --score-model perfect|gdp:MU|
-        dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] [--epsilon-nominal E] [--sims N] [--seed S]
+        dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] [--epsilon-nominal E] [--sims N] [--seed S] [--no-noiseless-guard]
         [--backend serial|ray] [--ray-address ADDR] [--max-retries R] [--json]
 
 With --json it prints one JSON object: the power report (`audits.power.PowerReport.to_json`, whose top level holds
@@ -35,6 +35,9 @@ def add_power_parser(audit_subparsers, common) -> None:
     p.add_argument("--sims", type=integer, default=200, help="Monte Carlo audits (default 200)")
     p.add_argument("--seed", type=seed, default=None, help="seed of the simulation, in [0, 2^63 − 1] (default: OS "
                                                           "entropy)")
+    p.add_argument("--no-noiseless-guard", dest="noiseless_guard", action="store_false",
+                   help="choose k* for an honest run only (default: k* also rejects a run with its noise removed, "
+                        "docs/audits.md)")
     add_backend_arguments(p)
     p.set_defaults(func=cmd_audit_power)
 
@@ -48,14 +51,16 @@ def cmd_audit_power(args) -> int:
     val.count("canaries", args.canaries, 1, MAX_CANARIES)   # named as the flag; the rest is named as in `plan`
     inputs = validate_plan_inputs(args.canaries, delta=args.delta, confidence=args.confidence,
                                   eps_nominal=args.epsilon_nominal, score_model=args.score_model, sims=args.sims,
-                                  seed=args.seed, **backend_kwargs(args))   # before the accountant or simulation
+                                  seed=args.seed, noiseless_guard=args.noiseless_guard,
+                                  **backend_kwargs(args))   # before the accountant or simulation
     model = inputs.model
     eps_nominal, source = args.epsilon_nominal, "given"
     if eps_nominal is None:
         derived = nominal_epsilon(model, args.delta) if 0 < args.delta < 1 else None
         eps_nominal, source = derived if derived is not None else (None, None)
     report = plan(args.canaries, delta=args.delta, confidence=args.confidence, eps_nominal=eps_nominal,
-                  score_model=model, sims=args.sims, seed=args.seed, **backend_kwargs(args))
+                  score_model=model, sims=args.sims, seed=args.seed, noiseless_guard=args.noiseless_guard,
+                  **backend_kwargs(args))
     payload = {**report.to_json(), "power": report.power_block(), "eps_nominal_source": source}
     need = report.min_correct_for_nominal
     rows = [("eps_ceiling", report.eps_ceiling),
@@ -71,6 +76,7 @@ def cmd_audit_power(args) -> int:
             ("min_correct_for_nominal", "n/a" if eps_nominal is None else ("none (cannot reject)" if need is None
                                                                            else need)),
             ("score model", report.score_model),
+            *([] if report.noiseless is None else [("noiseless guard", _guard_row(report.noiseless))]),
             ("backend", _backend_row(report.execution)),
             ("randomness", payload["randomness"]["note"]),
             ("verdict", report.message)]
@@ -87,3 +93,10 @@ def _backend_row(execution: dict) -> str:
     if execution["ray_version"] is not None:
         text += f", ray {execution['ray_version']}"
     return text + ")"
+
+
+def _guard_row(guard: dict) -> str:
+    """The noiseless-run guard (docs/audits.md, "Runs without noise"); printed only when it applies."""
+    if not guard["guarded"]:
+        return f"none (never sampled {guard['never_sampled']:.4g})"
+    return f"miss <= {guard['miss_bound']:.3g} (never sampled {guard['never_sampled']:.4g})"

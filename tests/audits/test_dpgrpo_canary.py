@@ -457,3 +457,34 @@ def test_cli_bad_input_writes_nothing(no_work, tmp_path, argv, name):
     with pytest.raises(InvalidParameter) as err:
         args.func(args)
     assert err.value.name == name and not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ runs without noise
+
+def _noiseless_trainer():
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    class NoNoise(DPTrainer):
+        """The planted bug: the clipped sum is released without noise (public divisor kept, σ still claimed)."""
+
+        def privatize(self, S):
+            return S / self.divisor
+
+    return NoNoise
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", [False, True])
+def test_a_tiny_cpu_run_without_noise_is_rejected_at_the_default_plan(noise, tmp_path):
+    """tiny-cpu (light pretraining), the preset's own q = 0.25, T = 12, 4 real records, m = 1,000 canaries, ε = 3
+    claimed at δ = 1/(10·n′) (below the ceiling ≈ 5.7): (3/4)^12 ≈ 3.2% of the present canaries are never sampled. The
+    default (guarded) plan rejects the run whose noise was removed; the honest run with the same seed is not
+    rejected. Seeded (trainer, membership, plan): deterministic."""
+    torch.set_num_threads(1)
+    res = dc.run_gradient_canary_audit(preset=light_preset(), canaries=1000, out_dir=None, seed=SEED, rounds=12,
+                                       q=0.25, n_real=N_REAL, target_epsilon=3.0, plan_sims=20,
+                                       trainer_cls=None if noise else _noiseless_trainer())
+    power, rep = res.design.power, res.report
+    assert power.noiseless["guarded"] is True and power.noiseless["miss_bound"] <= 1e-6
+    assert rep.power["eps_ceiling"] > rep.claim["epsilon"] > 2.9
+    assert rep.result["rejects_nominal"] is (not noise)

@@ -80,6 +80,62 @@ def test_a_run_without_noise_is_rejected(tmp_path):
     assert report.result["eps_lower"] > report.claim["epsilon"]
 
 
+def _opacus_small_q_run(tmp_path, *, noise: bool):
+    """The issue-24 Opacus setting: q = 1/32 (batch 1 of 32 records), T = 96, σ = 0.875 (ε ≈ 2.99 at δ = 1e-5),
+    m = 1,000 Dirac canaries, the default (guarded) power plan. `noise=False` removes the noise from the optimizer
+    while the audit still claims σ = 0.875. Seeded: membership, plan, canary coins and model."""
+    import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
+    import torch
+
+    from privcheck.integrations.opacus import GradientCanaries, private_dimension
+    from tests.integrations.opacus_fixture import tiny_run
+
+    torch.set_num_threads(1)
+    T, m = 96, 1000
+    _, _, opt, loader, step = tiny_run(sigma=0.875, batch_size=1, records=32)
+    assert loader.sample_rate == 1 / 32
+    audit = gradient_log.prepare(dim=private_dimension(opt), canaries=m, sampling_rate=loader.sample_rate,
+                                 noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
+                                 delta=1e-5, seed=3, plan_sims=20)
+    if not noise:
+        def no_noise():                  # the planted bug: the clipped sum is released as it is
+            for p in opt.params:
+                p.grad = p.summed_grad.view_as(p).clone()
+
+        opt.add_noise = no_noise
+    log = tmp_path / "auditor_log.jsonl"
+    with GradientCanaries(opt, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
+                          records=len(loader.dataset), seed=5):
+        for _ in range(T // len(loader)):
+            for batch in loader:
+                step(batch)
+    return audit, gradient_log.analyse(log, audit)
+
+
+def test_a_run_without_noise_is_rejected_at_small_q(tmp_path):
+    """q = 1/32, T = 96: (1 − q)^T ≈ 4.75% of the present canaries are never sampled and tie with the absent ones at
+    the bottom, so an even top/bottom split (the old default plan, k₊ = k₋ = 74) could not get every guess right and
+    did not reject (ε_lower ≈ 2.6–2.7 < 2.99). The guarded default plan guesses the top only, with k₊ below what a
+    noiseless run samples except with probability < 1e-6, and rejects. Expected values: the claim's ε is the
+    accountant's; the guard's miss bound is checked against a direct simulation in tests/audits/test_power.py."""
+    audit, report = _opacus_small_q_run(tmp_path, noise=False)
+    power = audit.design.power
+    assert power.noiseless["guarded"] is True and power.noiseless["miss_bound"] <= 1e-6
+    assert power.k_minus == 0 and power.k_plus > 0
+    never = report.diagnostics["never_sampled_in_canaries"]
+    assert never > 0                                          # the tie the old plan tripped over is there
+    assert report.result["rejects_nominal"] is True
+    assert report.result["eps_lower"] > report.claim["epsilon"] > 2.98
+
+
+def test_an_honest_run_at_small_q_is_not_rejected(tmp_path):
+    """The same run with its noise: the bound stays below the claim (a valid audit rejects an honest run with
+    probability ≤ 0.05; this seed does not, and the planned bound ≈ 0.55 is far below 2.99)."""
+    _, report = _opacus_small_q_run(tmp_path, noise=True)
+    assert report.result["rejects_nominal"] is False
+    assert report.result["eps_lower"] < report.claim["epsilon"]
+
+
 # ------------------------------------------------------------------------------------------ cannot see
 
 def test_a_log_that_never_saw_a_canary_is_refused(tmp_path):

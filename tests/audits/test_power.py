@@ -18,11 +18,14 @@ import pytest
 from scipy import integrate, optimize, stats
 
 from audits.power import (
+    NOISELESS_MISS,
     POWER_BLOCK_KEYS,
+    GuessRule,
     canaries_needed,
     ceiling,
     default_k_grid,
     min_correct,
+    noiseless_miss,
     nominal_epsilon,
     plan,
     plot_bound_vs_canaries,
@@ -278,11 +281,74 @@ def test_dpgrpo_planning_figure():
     # one simulated audit: nothing asserted here reads the Monte Carlo (the reference sample is drawn first, from the
     # same seed, whatever `sims`)
     r = plan(10_000, delta=DELTA_GRPO, confidence=0.95, eps_nominal=eps_nominal,
-             score_model=DPSGDDirac(Q_GRPO, SIGMA_GRPO, T_GRPO, "llr"), sims=1, seed=2024)
+             score_model=DPSGDDirac(Q_GRPO, SIGMA_GRPO, T_GRPO, "llr"), sims=1, seed=2024, noiseless_guard=False)
     assert r.planned_eps_lower >= 1.5
     assert r.k_minus == 0                      # never-sampled included canaries look excluded: guess the top only
     assert r.nominal_certifiable is True and r.plan_reaches_nominal is False
-    assert "UNDERPOWERED" in r.message
+    assert "UNDERPOWERED" in r.message and r.noiseless is None
+    # The default plan also rejects a run without noise: 102 correct guesses cannot reject 5.04 (EPS_LB < 5.04), so
+    # k* grows until every correct guess rejects it, at the cost of planned bound on an honest run.
+    g = plan(10_000, delta=DELTA_GRPO, confidence=0.95, eps_nominal=eps_nominal,
+             score_model=DPSGDDirac(Q_GRPO, SIGMA_GRPO, T_GRPO, "llr"), sims=1, seed=2024)
+    assert g.noiseless["guarded"] is True and g.noiseless["miss_bound"] <= NOISELESS_MISS
+    assert g.k_minus == 0 and g.guesses > r.guesses and 1.0 < g.planned_eps_lower < r.planned_eps_lower
+    assert min_correct(10_000, g.guesses, eps_nominal, DELTA_GRPO) is not None
+    assert min_correct(10_000, r.guesses, eps_nominal, DELTA_GRPO) is None
+
+
+# --- the noiseless-run guard ----------------------------------------------------------------------------------------
+
+def _noiseless_audits(m, q, T, rule, sims, rng):
+    """Correct guesses of `rule` in `sims` audits of a mechanism with its noise removed, simulated directly: S_i ~
+    Bern(½), the score of canary i is its inclusion count K_i ~ Bin(T, q)·S_i (without noise the per-step LLR is
+    increasing in K), ties broken by a uniform random key independent of S."""
+    included = rng.random((sims, m)) < 0.5
+    scores = rng.binomial(T, q, size=(sims, m)) * included + rng.random((sims, m))    # key in [0, 1): K ranks first
+    order = np.argsort(scores, axis=1)
+    top, bottom = order[:, m - rule.k_plus:], order[:, :rule.k_minus]
+    return (np.take_along_axis(included, top, axis=1).sum(axis=1)
+            + (~np.take_along_axis(included, bottom, axis=1)).sum(axis=1))
+
+
+@pytest.mark.parametrize("rule, need", [(GuessRule(300, 200), 492),    # the bottom term: Bin(200, b) > 8
+                                        (GuessRule(470, 0), 470)])     # the sampling term: N₁ < 470
+def test_noiseless_miss_matches_direct_simulation(rule, need):
+    """The guard's miss bound against simulated noiseless audits at q = 1/32, T = 96, m = 1000 (both terms are
+    ≈ 0.3–0.5 here and the union bound's slack is below 1e-9). 4,000 audits: standard error ≤ 0.008, tolerance
+    0.05 (> 6 standard errors)."""
+    m, q, T = 1000, 1 / 32, 96
+    u0 = (1 - q) ** T
+    bound = noiseless_miss(m, rule, need, u0)
+    v = _noiseless_audits(m, q, T, rule, 4000, np.random.default_rng(7))
+    assert 0.2 < bound < 0.8
+    assert abs(np.mean(v < need) - bound) < 0.05
+    assert noiseless_miss(m, rule, None, u0) == 1.0
+    # without never-sampled canaries a noiseless run is the perfect model: a two-sided rule never misses
+    assert noiseless_miss(m, GuessRule(300, 300), 600, 0.0) < 1e-30
+
+
+def test_guarded_plan_at_the_opacus_small_q_setting():
+    """q = 1/32, σ = 0.875, T = 96, m = 1000, δ = 1e-5 (ε ≈ 2.99): the honest-only plan splits evenly (74, 74),
+    which a noiseless run misses (about 3.4 of its 74 bottom guesses fall on never-sampled present canaries, while
+    rejection needs 146 of 148 right); the default plan guesses the top only and its rule has miss bound ≤ 1e-6."""
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
+
+    model = DPSGDDirac(1 / 32, 0.875, 96, "llr")
+    eps = epsilon(PoissonGaussianEvent(1 / 32, 0.875, 96), 1e-5).value
+    base = dict(delta=1e-5, confidence=0.95, eps_nominal=eps, score_model=model, sims=2, seed=3)
+    off = plan(1000, noiseless_guard=False, **base)
+    on = plan(1000, **base)
+    assert (off.k_plus, off.k_minus) == (74, 74) and off.noiseless is None
+    assert on.k_minus == 0 and on.noiseless["guarded"] is True and on.noiseless["miss_bound"] <= NOISELESS_MISS
+    assert on.noiseless["never_sampled"] == pytest.approx((31 / 32) ** 96, rel=1e-12)
+    on_off = noiseless_miss(1000, GuessRule(74, 74), min_correct(1000, 148, eps, 1e-5), (31 / 32) ** 96)
+    assert on_off > 0.5
+    eligible = [g for g in on.grid if g.noiseless_miss <= NOISELESS_MISS]
+    assert on.planned_eps_lower == max(g.eps_lower for g in eligible) <= off.planned_eps_lower
+    assert "NOISELESS GUARD" in on.message
+    # a claim above the ceiling: nothing can be rejected, and the plan says so
+    high = plan(1000, **{**base, "eps_nominal": 6.0})
+    assert high.noiseless["guarded"] is False and "NO NOISELESS GUARD" in high.message
 
 
 def test_report_json_and_seeding():

@@ -11,18 +11,18 @@ N, FEATURES, CLASSES, HIDDEN = 16, 8, 3, 128
 
 
 def tiny_run(*, sigma=1.0, C=1.0, batch_size=8, accountant="rdp", seed=0, plain_loader=False, realised=False,
-             lr=0.05):
+             lr=0.05, records=N):
     """(engine, model, optimizer, loader the loop iterates, train_step) of a real `make_private` run.
 
     `plain_loader`: the loop iterates the user's own DataLoader(shuffle=True, batch_size) instead of the Poisson
     DPDataLoader make_private returned (bug i). `realised`: train_step makes Opacus divide by the realised batch
-    size (`optimizer.expected_batch_size = len(x)`, bug ii)."""
+    size (`optimizer.expected_batch_size = len(x)`, bug ii). `records`: dataset size (q = batch_size/records)."""
     from opacus import PrivacyEngine
 
     warnings.filterwarnings("ignore", module="opacus")
     gen = torch.Generator().manual_seed(seed)
-    X = torch.randn(N, FEATURES, dtype=torch.float64, generator=gen)
-    Y = torch.randint(0, CLASSES, (N,), generator=gen)
+    X = torch.randn(records, FEATURES, dtype=torch.float64, generator=gen)
+    Y = torch.randint(0, CLASSES, (records,), generator=gen)
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(),
                               torch.nn.Linear(HIDDEN, CLASSES)).double()
