@@ -40,7 +40,7 @@ from audits.dpgrpo_canary import (
     split_log,
 )
 from audits.one_run import from_scores
-from audits.power import PowerReport
+from audits.power import UNDERPOWERED_FRACTION, PowerReport, PowerVerdict, assess, check_fraction
 from audits.power import plan as power_plan
 from audits.report import AuditReport
 from audits.score_models import DPSGDDirac
@@ -82,6 +82,7 @@ class GradientLogDesign(CanaryIds):
     power: PowerReport
     preregistration: cn.Preregistration
     score: StepLLR
+    verdict: PowerVerdict | None = None      # `audits.power.assess` of `power` against the nominal ε
 
     @property
     def reserved(self) -> tuple[int, ...]:
@@ -106,6 +107,16 @@ class GradientLogAudit:
     membership: cn.Membership
     salt: bytes
 
+    @property
+    def plan(self) -> PowerVerdict:
+        """The power plan and its verdict (UNDERPOWERED or not, with the canary count), known before training."""
+        return self.design.verdict
+
+    @property
+    def warning(self) -> str | None:
+        """"UNDERPOWERED: ..." when the plan cannot reach its fraction of the nominal ε, else None."""
+        return self.design.verdict.warning
+
     def presence(self) -> np.ndarray:
         """The presence bits the trainer's hook needs (present canaries are included by their own coins)."""
         return self.membership.presence_for_training()
@@ -113,10 +124,17 @@ class GradientLogAudit:
 
 def prepare(*, dim: int, canaries: int, sampling_rate: float, noise_multiplier: float, steps: int,
             clip_norm: float, delta: float, confidence: float = 0.95, reserved_rule: str = "last",
-            plan_sims: int = 200, seed: int | None = None) -> GradientLogAudit:
+            plan_sims: int = 200, seed: int | None = None, k_plus: int | None = None, k_minus: int | None = None,
+            fraction: float = UNDERPOWERED_FRACTION, search_canaries: bool = True) -> GradientLogAudit:
     """Pre-register a one-run audit of a DP-SGD run with `canaries` Dirac canaries on a `dim`-coordinate
     parameter space (module docstring, step 1). `seed`: a seeded test (membership and power plan), never an audit
-    release. Every input is validated before any work."""
+    release. Every input is validated before any work.
+
+    The design options are the CLI's (`privcheck audit power`, `audit one-run --scores`): `canaries`, `confidence`,
+    `plan_sims` (Monte Carlo audits), `seed`, and the guess rule — `k_plus`/`k_minus` fix it (k₋ defaults to 0),
+    else the plan chooses it. The returned audit's `plan` is `audits.power.assess` of the power plan at `fraction`
+    of the nominal ε (`warning`: the "UNDERPOWERED: ..." line); with `search_canaries` an underpowered plan
+    searches the canary count that would reach it (`audits.power.canaries_to_reach`, a few plans of 1–3 s each)."""
     from privcheck.accounting import PoissonGaussianEvent
 
     m = val.count("canaries", canaries)
@@ -126,6 +144,16 @@ def prepare(*, dim: int, canaries: int, sampling_rate: float, noise_multiplier: 
     confidence = val.open_unit("confidence", confidence)
     plan_sims = val.count("plan_sims", plan_sims)
     seed = None if seed is None else val.count("seed", seed, minimum=0)
+    fraction = check_fraction(fraction)
+    if not isinstance(search_canaries, bool):
+        raise InvalidParameter("search_canaries", search_canaries, "True or False")
+    k_grid = None
+    if k_plus is not None or k_minus is not None:
+        kp = 0 if k_plus is None else val.count("k_plus", k_plus, 0, m)
+        km = 0 if k_minus is None else val.count("k_minus", k_minus, 0, m)
+        if not 1 <= kp + km <= m:
+            raise InvalidParameter("k_plus", (k_plus, k_minus), f"k_plus + k_minus in [1, canaries = {m}]")
+        k_grid = [(kp, km)]
     reserved = reserved_coordinates(dim, m, reserved_rule)
     cans = dirac_canaries(reserved)
     membership = cn.draw_membership(m, seed=seed)
@@ -135,13 +163,14 @@ def prepare(*, dim: int, canaries: int, sampling_rate: float, noise_multiplier: 
     from privcheck.accounting import epsilon
     eps = epsilon(event, delta).value
     power = power_plan(m, delta=delta, confidence=confidence, eps_nominal=eps, score_model=model, sims=plan_sims,
-                       seed=seed)
+                       seed=seed, k_grid=k_grid)
+    verdict = assess(power, fraction=fraction, score_model=model if search_canaries else None, seed=seed)
     prereg = cn.Preregistration(m=m, delta=delta, confidence=confidence, selection="explicit",
                                 k_plus=power.k_plus, k_minus=power.k_minus, canary_type=CANARY_TYPE,
                                 score=SCORE_NAME, tie_break_seed=cn.TIE_BREAK_SEED, commitment=commitment)
     design = GradientLogDesign(event=event, clip_norm=clip_norm, delta=delta, confidence=confidence,
                                canaries=cans, reserved_rule=reserved_rule, power=power, preregistration=prereg,
-                               score=StepLLR(model))
+                               score=StepLLR(model), verdict=verdict)
     return GradientLogAudit(design, membership, salt)
 
 
@@ -188,7 +217,7 @@ def analyse(log_path, audit: GradientLogAudit, *, mechanism_params: dict | None 
     return from_scores(frozen, membership, delta=design.delta, confidence=design.confidence,
                        k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(),
                        eps_nominal=design.epsilon, tie_break_seed=prereg.tie_break_seed, preregistration=prereg,
-                       power=design.power,
+                       power=design.power if design.verdict is None else design.verdict,
                        claim={"neighboring": "add_remove", "accountant": "pld",
                               "mechanism": {"name": MECHANISM_NAME, "params": params}},
                        canaries={"type": CANARY_TYPE, "added_slots": True, "score": SCORE_NAME},

@@ -60,9 +60,10 @@ from privcheck.randomness import RandomnessPolicy
 
 __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling", "DEFAULT_GRID_POINTS", "GridPoint",
            "GuessRule", "MAX_SIMULATED_DRAWS", "MC_SEED_LABEL", "NOISELESS_MISS", "POWER_BLOCK_KEYS", "PlanInputs",
-           "PowerReport", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "canaries_needed", "ceiling", "default_k_grid",
-           "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss", "nominal_epsilon",
-           "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
+           "PowerReport", "PowerVerdict", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "UNDERPOWERED_FRACTION",
+           "VERDICT_KEYS", "assess", "canaries_needed", "canaries_to_reach", "ceiling", "check_fraction",
+           "default_k_grid", "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss",
+           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
@@ -72,6 +73,10 @@ MC_SEED_LABEL = "audits.power/monte_carlo/{}"     # task j's seed: RandomnessPol
 CANARIES_SEARCH_MAX = MAX_CANARIES   # the canaries search stops here (the ceiling property is verified up to 1e8)
 MAX_SIMULATED_DRAWS = 2 * 10**9   # random numbers a plan draws (reference sample + sims·m scores): about a minute
 NOISELESS_MISS = 1e-6             # the default plan misses a run without noise with at most this probability
+UNDERPOWERED_FRACTION = 0.5       # a plan below this fraction of the claim's ε is UNDERPOWERED (docs/audits.md)
+SEARCH_DOUBLINGS = 10             # `canaries_to_reach` tries m·2, m·4, …, m·2^10 …
+SEARCH_MAX_CANARIES = 2_000_000   # … up to this many canaries
+VERDICT_KEYS = ("underpowered", "underpowered_fraction", "canaries_needed", "plan_note")
 POWER_BLOCK_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
                     "prob_zero", "score_model")
 
@@ -632,6 +637,175 @@ def _verdict(r: dict, p: float) -> str:
     return head + (f" POWERED: the planned bound exceeds ε_nominal = {eps:.4g} (simulated rejection rate "
                    f"{r['mc_prob_reject_nominal']:.3g}); if the mechanism met its claim, the audit would not reject "
                    f"it except with probability ≤ {p:.3g}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The verdict that travels with an audit: UNDERPOWERED or not (docs/audits.md, "Underpowered audits")
+
+
+@dataclass(frozen=True)
+class PowerVerdict:
+    """Whether a plan can reach `fraction` of the claim's ε, with the canary count that would (`assess`).
+
+    `underpowered`: True, False, or None when it cannot be told (no ε claim; no score-model plan and a ceiling
+    above the target). `canaries_needed`: a canary count whose plan reaches fraction·ε (`canaries_basis` says how
+    it was found: "score_model" by `canaries_to_reach`, "ceiling" by `canaries_needed`, a lower bound: all guesses
+    correct); None when no count up to the search limit does, or when none was searched. `line`: one line,
+    "UNDERPOWERED: ..." when underpowered (the first line of every audit command's output), else "powered: ..." or
+    "no plan: ...". `report`: the PowerReport assessed, when there is one."""
+    underpowered: bool | None
+    fraction: float
+    eps_claim: float | None
+    eps_planned: float | None
+    eps_ceiling: float
+    m: int | None
+    canaries_needed: int | None
+    canaries_basis: str | None
+    planned: bool
+    line: str
+    report: PowerReport | None = None
+
+    @property
+    def warning(self) -> str | None:
+        """The UNDERPOWERED line, or None."""
+        return self.line if self.underpowered else None
+
+    def fields(self) -> dict:
+        """The verdict's keys of the audit report's `power` block (`VERDICT_KEYS`)."""
+        return {"underpowered": self.underpowered, "underpowered_fraction": self.fraction,
+                "canaries_needed": self.canaries_needed, "plan_note": self.line}
+
+    def power_block(self) -> dict:
+        """The plan's `power` block (when there is a plan) with the verdict's keys."""
+        return {**(self.report.power_block() if self.report is not None else {}), **self.fields()}
+
+    def to_json(self) -> dict:
+        return {**(self.report.to_json() if self.report is not None else {}), **self.fields(),
+                "eps_claim": self.eps_claim, "eps_planned": self.eps_planned, "canaries_basis": self.canaries_basis}
+
+
+def canaries_to_reach(target: float, *, m: int, delta: float, confidence: float, score_model, seed=None,
+                      doublings: int = SEARCH_DOUBLINGS) -> tuple[int | None, int]:
+    """(count, searched): the first of m·2, m·4, …, m·2^doublings (at most SEARCH_MAX_CANARIES) whose `plan` under
+    `score_model` has a planned bound ≥ target — within a factor 2 of the least such count on that grid — or None;
+    `searched` is the largest count tried. Each try is one `plan(..., sims=1)`, whose reference sample (about
+    500,000 scores; 1–3 s for `dpsgd_dirac` with T ≈ 100) dominates the cost; a count whose plan would exceed
+    MAX_SIMULATED_DRAWS ends the search."""
+    target = val.nonnegative("target", target)
+    m = _canaries(m)
+    model = parse_score_model(score_model)
+    searched = m
+    for _ in range(val.count("doublings", doublings)):
+        if 2 * m > SEARCH_MAX_CANARIES:
+            break
+        m = 2 * m
+        try:
+            trial = plan(m, delta=delta, confidence=confidence, eps_nominal=None, score_model=model, sims=1, seed=seed)
+        except InvalidParameter:                   # beyond the simulation budget
+            break
+        searched = m
+        if trial.planned_eps_lower >= target:
+            return m, searched
+    return None, searched
+
+
+def check_fraction(fraction) -> float:
+    """A fraction of the claim in (0, 1]: the UNDERPOWERED threshold (InvalidParameter naming `fraction`)."""
+    f = val.positive("fraction", fraction)
+    if f > 1.0:
+        raise InvalidParameter("fraction", fraction, "a number in (0, 1]")
+    return float(f)
+
+
+def assess(power, *, eps_claim=None, delta=None, confidence=None, m=None, fraction=UNDERPOWERED_FRACTION,
+           score_model=None, seed=None) -> PowerVerdict:
+    """The one definition of UNDERPOWERED (docs/audits.md, "Underpowered audits").
+
+    `power`: a PowerReport (its ε_nominal, δ, confidence and m are the defaults of the keywords) or an audit report's
+    `power` block (a mapping with `eps_ceiling`, `planned_eps_lower`, `mc_median`, `score_model`). The plan is
+    UNDERPOWERED when its planned bound — the smaller of `planned_eps_lower` and the Monte Carlo median — is below
+    `fraction` × ε_claim, or its ceiling is below ε_claim (no outcome could reject the claim). A block with no
+    score-model plan (score model "perfect" and no Monte Carlo: only the ceiling is known) is UNDERPOWERED when its
+    ceiling is below fraction × ε_claim, and undecided (None, "no plan: ...") otherwise. With `score_model` (the
+    plan's model) the canary count is searched by `canaries_to_reach`; without one it is the ceiling's count
+    `canaries_needed(fraction·ε)` (a lower bound), given only when it exceeds m. Nothing here changes a plan.
+    """
+    report = power if isinstance(power, PowerReport) else None
+    if report is not None:
+        block = report.power_block()
+        eps_claim = report.eps_nominal if eps_claim is None else eps_claim
+        delta = report.delta if delta is None else delta
+        confidence = report.confidence if confidence is None else confidence
+        m = report.m if m is None else m
+    elif isinstance(power, dict) or hasattr(power, "keys"):
+        block = dict(power)
+    else:
+        raise InvalidParameter("power", type(power).__name__, "a PowerReport or a power block mapping")
+    fraction = check_fraction(fraction)
+    ceil, planned_b, median = block["eps_ceiling"], block["planned_eps_lower"], block.get("mc_median")
+    has_plan = not (block.get("score_model") == "perfect" and median is None and report is None)
+    achieved = None if not has_plan else (planned_b if median is None else min(planned_b, median))
+    common = dict(fraction=fraction, eps_planned=achieved, eps_ceiling=ceil, m=m, planned=has_plan, report=report)
+    if eps_claim is None:
+        return PowerVerdict(None, eps_claim=None, canaries_needed=None, canaries_basis=None,
+                            line="no plan verdict: no ε claim to compare with", **common)
+    eps_claim = val.nonnegative("eps_claim", eps_claim)
+    target = fraction * eps_claim
+    share = f"{fraction:g} × the claim's ε = {eps_claim:.4g}"
+    goal = target                      # what the canary count must reach: fraction·ε, or ε when the ceiling fails
+    if not has_plan:
+        if ceil >= eps_claim:
+            return PowerVerdict(None, eps_claim=eps_claim, canaries_needed=None, canaries_basis=None, line=(
+                f"no plan: no score model, only the ceiling {ceil:.4g} (perfect guessing) is known; plan the "
+                f"audit (privcheck audit power) to know whether it reaches {share}"), **common)
+        if ceil < target:
+            planned_text = f"even perfect guessing certifies at most {ceil:.4g} (the ceiling)"
+        else:
+            goal = eps_claim
+            planned_text = (f"the ceiling {ceil:.4g} (perfect guessing) is below the claim's ε = {eps_claim:.4g}: "
+                            "no outcome can reject it")
+    elif achieved < target:
+        planned_text = f"planned ε_lower {planned_b:.4g}" + ("" if median is None else
+                                                             f" (Monte Carlo median {median:.4g})")
+    elif ceil < eps_claim:
+        goal = eps_claim
+        planned_text = f"the ceiling {ceil:.4g} is below the claim's ε = {eps_claim:.4g} (no outcome can reject it); "
+        planned_text += f"planned ε_lower {planned_b:.4g}"
+    else:
+        return PowerVerdict(False, eps_claim=eps_claim, canaries_needed=None, canaries_basis=None, line=(
+            f"powered: planned ε_lower {planned_b:.4g}" + ("" if median is None else f" (Monte Carlo median "
+                                                                                      f"{median:.4g})")
+            + f" reaches {share} with {m if m is not None else '?'} canaries; ceiling {ceil:.4g}"), **common)
+    needed = basis = None
+    searched = m
+    if delta is not None and confidence is not None:
+        if score_model is not None and m is not None and achieved is not None and achieved < target:
+            (needed, searched), basis = canaries_to_reach(target, m=m, delta=delta, confidence=confidence,
+                                                          score_model=score_model, seed=seed), "score_model"
+        else:
+            needed, basis = canaries_needed(goal, delta, confidence), "ceiling"
+            if needed is not None and m is not None and needed <= m:
+                needed = None
+    with_m = "" if m is None else f" with m = {m} canaries"
+    if needed is None:
+        if basis == "score_model":
+            tail = (f"no count up to {searched} canaries plans it under this score model: a stronger score is "
+                    "needed, or more canaries than that")
+        elif basis == "ceiling":
+            tail = ("the ceiling allows it with these canaries, so more canaries or a stronger score are needed "
+                    "(assess(plan, score_model=...) searches the count)"
+                    if has_plan else f"no number of canaries up to {CANARIES_SEARCH_MAX:.0e} reaches it")
+        else:
+            tail = "this test's ceiling is the limit: more runs (or a one-run audit with more canaries) are needed"
+    elif basis == "score_model":
+        tail = f"about {needed} canaries would plan ≥ {target:.4g} under the same score model"
+    else:
+        tail = (f"at least {needed} canaries would be needed to reach {goal:.4g} (the ceiling's count: every "
+                "guess correct)")
+    line = (f"UNDERPOWERED: {planned_text}{with_m}, below {share}" if goal == target
+            else f"UNDERPOWERED: {planned_text}{with_m}")
+    return PowerVerdict(True, eps_claim=eps_claim, canaries_needed=needed, canaries_basis=basis,
+                        line=f"{line}; {tail}", **common)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from privcheck.serialization import freeze, thaw, utc_now
 
 __all__ = ["ARTIFACT", "AuditReport", "GAUSSIAN_TRADEOFF", "GDP_METHODS", "HEADLINES", "METHODS",
            "MULTIRUN_ASSUMPTIONS", "ONE_RUN_ASSUMPTIONS", "POWER_KEYS", "RESULT_COMMON", "SCHEMA_FILE", "SCHEMA_ID",
-           "SECTION_KEYS", "audit_document", "canaries_block", "check_out_dir", "claim_block", "diagnostics_block",
+           "SECTION_KEYS", "VERDICT_KEYS", "audit_document", "canaries_block", "check_out_dir", "claim_block",
+           "diagnostics_block",
            "guessing_block", "power_block", "randomness_block", "software", "write_audit"]
 
 SCHEMA_ID = "privcheck.audit/1"
@@ -48,6 +49,8 @@ MULTIRUN_ASSUMPTIONS = ("iid_runs", "test_fixed_before_evaluation_runs", "neighb
 
 POWER_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
               "prob_zero", "score_model")
+# The plan's verdict (`audits.power.assess`): filled by the report from its own claim when the caller gave none.
+VERDICT_KEYS = ("underpowered", "underpowered_fraction", "canaries_needed", "plan_note")
 SECTION_KEYS = {
     "claim": ("epsilon", "delta", "neighboring", "accountant", "mechanism"),
     "canaries": ("m", "m_test", "n_in", "n_out", "inclusion", "type", "added_slots", "membership_commitment",
@@ -103,6 +106,8 @@ class AuditReport:
         for key in ("eps_ceiling", "planned_eps_lower"):
             if self.power[key] is None:
                 raise ValueError(f"power.{key} must always be filled")
+        if "underpowered" not in self.power:        # the one definition: audits.power.assess over the block
+            object.__setattr__(self, "power", freeze({**thaw(self.power), **self._verdict()}, strict=True))
         if self.method in GDP_METHODS:   # never an (ε, δ) lower bound, never a rejection (module docstring)
             if "eps_lower" in self.result or GAUSSIAN_TRADEOFF not in self.extra_assumptions:
                 raise ValueError("GDP-family reports carry mu_lower / eps_estimate_gdp_family and the "
@@ -117,6 +122,24 @@ class AuditReport:
                 "eps_lower_steinke" not in self.result
                 or not any(a.startswith("claim_family:") for a in self.extra_assumptions)):
             raise ValueError("fdp_claim_curve reports carry eps_lower_steinke and a claim_family:<event> assumption")
+
+    def _verdict(self) -> dict:
+        from audits.power import assess
+        eps = self.claim["epsilon"] if self.method not in GDP_METHODS else None
+        one_run = self.method in ("steinke_one_run", "fdp_claim_curve")
+        level = self.result["significance"] / self.guessing["n_hypotheses"]
+        return assess(thaw(self.power), eps_claim=eps, delta=self.claim["delta"] if one_run else None,
+                      confidence=1.0 - level, m=self.canaries["m_test"] if one_run else None).fields()
+
+    @property
+    def underpowered(self) -> bool | None:
+        """The plan's verdict (`power.underpowered`): True when the plan cannot reach its fraction of the claim."""
+        return self.power["underpowered"]
+
+    @property
+    def warning(self) -> str | None:
+        """The "UNDERPOWERED: ..." line when underpowered (the first line of the CLI's table), else None."""
+        return self.power["plan_note"] if self.power["underpowered"] else None
 
     def to_json(self) -> dict:
         """The `privcheck.audit/1` object (plain dicts and lists, JSON-ready; no NaN or infinity)."""
@@ -216,20 +239,27 @@ def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
     if not isinstance(power, Mapping) and callable(getattr(power, "power_block", None)):
         power = power.power_block()          # audits.power.PowerReport
     if isinstance(power, Mapping):
-        unknown = sorted(set(power) - set(POWER_KEYS))
+        unknown = sorted(set(power) - set(POWER_KEYS) - set(VERDICT_KEYS))
         if unknown:
-            raise InvalidParameter("power", unknown, "keys among " + ", ".join(POWER_KEYS))
+            raise InvalidParameter("power", unknown, "keys among " + ", ".join(POWER_KEYS + VERDICT_KEYS))
         given = dict(power)
     elif callable(getattr(power, "to_json", None)):
         doc = power.to_json()
-        given = {k: doc[k] for k in POWER_KEYS if k in doc}
+        given = {k: doc[k] for k in POWER_KEYS + VERDICT_KEYS if k in doc}
     else:
         raise InvalidParameter("power", type(power).__name__, "a mapping with the keys of POWER_KEYS, or None")
     block["score_model"] = None
     for key, value in given.items():
-        if key == "score_model":
+        if key in ("score_model", "plan_note"):
             if value is not None and not isinstance(value, str):
-                raise InvalidParameter("power.score_model", value, "a string or None")
+                raise InvalidParameter(f"power.{key}", value, "a string or None")
+        elif key == "underpowered":
+            if value is not None and not isinstance(value, bool):
+                raise InvalidParameter("power.underpowered", value, "True, False or None")
+        elif key == "canaries_needed":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                      or value < 1):
+                raise InvalidParameter("power.canaries_needed", value, "an integer >= 1 or None")
         elif key == "min_correct_for_nominal":
             if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                                       or value < 0):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from privcheck.cli_args import integer, number
 
 __all__ = ["claimed_output", "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report",
-           "register"]
+           "emit_with_plan", "plan_rows", "register"]
 
 
 def register(verbs: dict, common) -> None:
@@ -110,7 +110,6 @@ def emit_report(args, rep, rows, out=None) -> int:
     """Print the report (+ headline keys); with an output directory `out` (the claimed --out), write the sealed
     artifact first and print it."""
     from audits.report import audit_document, write_audit
-    from privcheck.cli import emit
 
     if out is not None:
         doc = audit_document(rep)
@@ -120,8 +119,35 @@ def emit_report(args, rep, rows, out=None) -> int:
     else:
         payload = rep.to_json()
     payload.update(rep.headline())
-    emit(args, payload, rows)
+    emit_with_plan(args, payload, rows, rep.power)
     return 0
+
+
+def plan_rows(power) -> list:
+    """The power plan's rows of an audit table (`power`: the report's `power` block)."""
+    rows = [("plan", power["plan_note"])]
+    if power.get("mc_median") is not None or power.get("score_model") not in (None, "perfect"):
+        rows.append(("planned_eps_lower", power["planned_eps_lower"]))
+    if power.get("mc_median") is not None:
+        rows.append(("plan Monte Carlo median [p10, p90]",
+                     f"{power['mc_median']:.4f} [{power['mc_p10']:.4f}, {power['mc_p90']:.4f}]"))
+    if power.get("canaries_needed") is not None:
+        rows.append(("canaries needed (plan)", power["canaries_needed"]))
+    return rows
+
+
+def emit_with_plan(args, payload: dict, rows: list, power) -> None:
+    """`privcheck.cli.emit` with the plan: its rows in the table, `underpowered` and `plan_note` at the JSON top
+    level, and the "UNDERPOWERED: ..." line first when the plan cannot reach its fraction of the claim."""
+    from privcheck.cli import emit
+
+    payload = dict(payload, underpowered=power["underpowered"], plan_note=power["plan_note"])
+    if power["underpowered"] and not args.json:
+        print(power["plan_note"])
+    labels = {k for k, _ in rows}
+    shown = [row for row in plan_rows(power) if row[0] not in labels
+             and not (row[0].startswith("plan Monte Carlo") and any("Monte Carlo" in k for k in labels))]
+    emit(args, payload, rows + shown)
 
 
 def _or_none(value, text: str):

@@ -134,8 +134,8 @@ def cmd_audit_dpgrpo(args) -> int:
 
 
 def _audit_dpgrpo(args, out) -> int:
+    from audits.cli import emit_with_plan
     from audits.dpgrpo_canary import check_counts, resolve_preset
-    from privcheck.cli import emit
 
     start = time.perf_counter()
     canary_type = getattr(args, "canary_type", CANARY_TYPES[0])
@@ -171,7 +171,7 @@ def _audit_dpgrpo(args, out) -> int:
             ("auroc (diagnostic)", rep.diagnostics["auroc"]),
             ("artifact", str(res.artifact)),
             ("runtime (s)", round(runtime, 1))]
-    emit(args, payload, rows)
+    emit_with_plan(args, payload, rows, power)
     return 0
 
 

@@ -43,10 +43,10 @@ def add_power_parser(audit_subparsers, common) -> None:
 
 
 def cmd_audit_power(args) -> int:
-    from audits.power import nominal_epsilon, plan, validate_plan_inputs
+    from audits.cli import emit_with_plan
+    from audits.power import assess, nominal_epsilon, plan, validate_plan_inputs
     from audits.pvalue import MAX_CANARIES
     from privcheck import validation as val
-    from privcheck.cli import emit
 
     val.count("canaries", args.canaries, 1, MAX_CANARIES)   # named as the flag; the rest is named as in `plan`
     inputs = validate_plan_inputs(args.canaries, delta=args.delta, confidence=args.confidence,
@@ -61,7 +61,8 @@ def cmd_audit_power(args) -> int:
     report = plan(args.canaries, delta=args.delta, confidence=args.confidence, eps_nominal=eps_nominal,
                   score_model=model, sims=args.sims, seed=args.seed, noiseless_guard=args.noiseless_guard,
                   **backend_kwargs(args))
-    payload = {**report.to_json(), "power": report.power_block(), "eps_nominal_source": source}
+    verdict = assess(report)                 # the one definition of UNDERPOWERED (no canary search: see docs)
+    payload = {**report.to_json(), **verdict.fields(), "power": verdict.power_block(), "eps_nominal_source": source}
     need = report.min_correct_for_nominal
     rows = [("eps_ceiling", report.eps_ceiling),
             ("planned_eps_lower", report.planned_eps_lower),
@@ -80,7 +81,7 @@ def cmd_audit_power(args) -> int:
             ("backend", _backend_row(report.execution)),
             ("randomness", payload["randomness"]["note"]),
             ("verdict", report.message)]
-    emit(args, payload, rows)
+    emit_with_plan(args, payload, rows, verdict.power_block())
     return 0
 
 

@@ -31,7 +31,8 @@ def run_json(capsys, *argv):
 
 def _report_part(out: dict) -> dict:
     return {k: v for k, v in out.items() if k not in ("eps_lower", "p_value_at_nominal", "rejects_nominal",
-                                                      "mu_lower", "eps_estimate_gdp_family", "artifact")}
+                                                      "mu_lower", "eps_estimate_gdp_family", "artifact",
+                                                      "underpowered", "plan_note")}
 
 
 def test_one_run_json(capsys):

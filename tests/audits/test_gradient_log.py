@@ -13,9 +13,50 @@ from privcheck.errors import CanariesNotObserved, InvalidParameter, PrivcheckErr
 def test_prepare_validates_before_any_work():
     base = dict(dim=100, canaries=8, sampling_rate=0.5, noise_multiplier=1.0, steps=3, clip_norm=1.0, delta=1e-5)
     for key, bad in (("dim", 0), ("canaries", 0), ("canaries", 101), ("sampling_rate", 1.5),
-                     ("noise_multiplier", 0.0), ("steps", 0), ("clip_norm", float("inf")), ("delta", 0.0)):
+                     ("noise_multiplier", 0.0), ("steps", 0), ("clip_norm", float("inf")), ("delta", 0.0),
+                     ("k_plus", 9), ("k_minus", -1), ("fraction", 0.0), ("fraction", 1.5), ("search_canaries", 1)):
         with pytest.raises(InvalidParameter):
             gradient_log.prepare(**{**base, key: bad})
+
+
+OPACUS_SETTING = dict(sampling_rate=1 / 32, noise_multiplier=0.875, steps=96, clip_norm=1.0, delta=1e-5)
+
+
+def test_prepare_returns_an_underpowered_plan_before_training():
+    """The Opacus setting q = 1/32, T = 96, σ = 0.875 (PLD ε ≈ 2.99 at δ = 1e-5) with m = 32 canaries: each canary
+    is expected in q·T = 3 steps, and the planned bound is below a quarter of ε, so the plan is UNDERPOWERED before
+    any training.
+    The same design with the rule fixed by k_plus: the plan keeps it."""
+    audit = gradient_log.prepare(dim=100, canaries=32, plan_sims=20, seed=4, search_canaries=False,
+                                 **OPACUS_SETTING)
+    plan = audit.plan
+    assert plan.underpowered is True and audit.warning.startswith("UNDERPOWERED: planned ε_lower ")
+    assert plan.eps_claim == pytest.approx(2.988, abs=1e-3) and plan.fraction == 0.5
+    assert plan.eps_planned < 0.25 * plan.eps_claim
+    assert "below 0.5 × the claim's ε = 2.988" in audit.warning
+    fixed = gradient_log.prepare(dim=100, canaries=32, plan_sims=5, seed=4, search_canaries=False, k_plus=3,
+                                 **OPACUS_SETTING)
+    assert (fixed.design.power.k_plus, fixed.design.power.k_minus) == (3, 0)
+    assert (fixed.design.preregistration.k_plus, fixed.design.preregistration.k_minus) == (3, 0)
+
+
+@pytest.mark.slow
+def test_prepare_searches_the_canary_count():
+    """With the search (the default), an underpowered plan names a canary count: here the planned bound of the
+    white-box LLR score grows too slowly in m (0.58 at 1,000, 1.45 at 160,000 canaries) to reach 0.5·ε ≈ 1.49 by
+    m·2^10, and the verdict says so; at fraction 0.25 the search finds a count, whose own plan reaches 0.747."""
+    from audits.power import plan as power_plan
+    from audits.score_models import DPSGDDirac
+
+    audit = gradient_log.prepare(dim=200, canaries=100, plan_sims=20, seed=4, fraction=0.25, **OPACUS_SETTING)
+    needed = audit.plan.canaries_needed
+    assert audit.plan.underpowered and audit.plan.canaries_basis == "score_model" and needed > 100
+    assert f"about {needed} canaries would plan" in audit.warning
+    model = DPSGDDirac(1 / 32, 0.875, 96, "llr")
+    assert power_plan(needed, delta=1e-5, confidence=0.95, eps_nominal=None, score_model=model, sims=1,
+                      seed=4).planned_eps_lower >= 0.25 * audit.plan.eps_claim
+    assert power_plan(needed // 2, delta=1e-5, confidence=0.95, eps_nominal=None, score_model=model, sims=1,
+                      seed=4).planned_eps_lower < 0.25 * audit.plan.eps_claim
 
 
 def _log(path, rounds):
@@ -29,7 +70,7 @@ def _included(t, bits):
 
 def test_analyse_refuses_a_log_that_does_not_match_the_design(tmp_path):
     audit = gradient_log.prepare(dim=40, canaries=8, sampling_rate=0.5, noise_multiplier=1.0, steps=2,
-                                 clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1)
+                                 clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1, search_canaries=False)
     J = list(audit.design.reserved)
     assert J == list(range(32, 40))                        # the public "last" rule, not the membership
     good = [{"kind": "round", "t": t, "reserved": J, "U": [0.5 * t] * 8, "sigma_C": 1.0, "divisor": 4.0}
@@ -45,6 +86,8 @@ def test_analyse_refuses_a_log_that_does_not_match_the_design(tmp_path):
     _log(tmp_path / "ok.jsonl", good + diags)
     report = gradient_log.analyse(tmp_path / "ok.jsonl", audit)
     assert report.method == "steinke_one_run" and report.canaries["m"] == 8
+    assert report.power["plan_note"] == audit.plan.line and report.power["underpowered"] == audit.plan.underpowered
+    assert report.power["planned_eps_lower"] == audit.design.power.planned_eps_lower
 
 
 def test_a_run_without_noise_is_rejected(tmp_path):
@@ -62,7 +105,7 @@ def test_a_run_without_noise_is_rejected(tmp_path):
     engine, model, opt, loader, step = tiny_run(sigma=8.0)
     audit = gradient_log.prepare(dim=private_dimension(opt), canaries=m, sampling_rate=loader.sample_rate,
                                  noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
-                                 delta=1e-5, seed=3, plan_sims=50)
+                                 delta=1e-5, seed=3, plan_sims=50, search_canaries=False)
 
     def no_noise():                      # the planted bug: the clipped sum is released as it is
         for p in opt.params:
@@ -142,7 +185,7 @@ def test_a_log_that_never_saw_a_canary_is_refused(tmp_path):
     """Each way a log can show that no canary was observed is a CanariesNotObserved naming what is missing, never a
     report with ε_lower = 0 (docs/integrations/opacus.md, "When the audit cannot see")."""
     audit = gradient_log.prepare(dim=40, canaries=8, sampling_rate=0.5, noise_multiplier=1.0, steps=2,
-                                 clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1)
+                                 clip_norm=1.0, delta=1e-5, plan_sims=5, seed=1, search_canaries=False)
     J = list(audit.design.reserved)
     rounds = [{"kind": "round", "t": t, "reserved": J, "U": [0.25, -1.0] * 4, "sigma_C": 1.0, "divisor": 4.0}
               for t in (1, 2)]
@@ -173,7 +216,7 @@ def _opacus_audit(opt, loader, T, m=20):
 
     return gradient_log.prepare(dim=private_dimension(opt), canaries=m, sampling_rate=loader.sample_rate,
                                 noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
-                                delta=1e-5, seed=3, plan_sims=5)
+                                delta=1e-5, seed=3, plan_sims=5, search_canaries=False)
 
 
 def test_a_loop_that_never_steps_the_hooked_optimizer_cannot_see(tmp_path):

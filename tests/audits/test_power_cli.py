@@ -36,7 +36,8 @@ def test_json_headline_keys_and_reference_ceiling(capsys):
     assert abs(doc["eps_ceiling"] - 5.7823) <= 1e-4       # reference ceiling
     assert doc["planned_eps_lower"] == doc["eps_ceiling"] and doc["guesses"] == 1000
     assert set(doc["power"]) == {"eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median",
-                                 "mc_p10", "mc_p90", "prob_zero", "score_model"}
+                                 "mc_p10", "mc_p90", "prob_zero", "score_model", "underpowered",
+                                 "underpowered_fraction", "canaries_needed", "plan_note"}
     assert doc["power"]["score_model"] == "perfect" and doc["eps_nominal_source"] == "given"
     assert doc["randomness"] == {"seed": 1, "seeded": True, "note": "seeded plan (seed 1): reproducible"}
 

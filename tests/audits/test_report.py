@@ -99,7 +99,9 @@ def test_power_block_defaults_and_supplied_plan():
     plan = {"eps_ceiling": 5.77, "min_correct_for_nominal": None, "planned_eps_lower": 1.2, "mc_median": 1.1,
             "mc_p10": 0.4, "mc_p90": 1.6, "prob_zero": 0.03, "score_model": "gdp(2.0)"}
     rep = from_counts(1000, 100, 90, delta=1e-5, power=plan)
-    assert dict(rep.power) == plan
+    verdict = {"underpowered": None, "underpowered_fraction": 0.5, "canaries_needed": None,
+               "plan_note": "no plan verdict: no ε claim to compare with"}      # no claim ε: nothing to compare
+    assert dict(rep.power) == {**plan, **verdict}
     partial = from_counts(1000, 100, 90, delta=1e-5, power={"mc_median": 0.7, "score_model": "empirical"})
     assert partial.power["eps_ceiling"] == pytest.approx(5.7823, abs=1e-4)
     assert partial.power["planned_eps_lower"] == partial.power["eps_ceiling"] and partial.power["mc_median"] == 0.7

@@ -283,7 +283,7 @@ def test_cli_scores_json_and_artifact(tmp_path, capsys, ext):
     doc = json.loads((tmp_path / "a" / "audit.json").read_text())
     assert verify_seal(doc) and printed["artifact"] == str(tmp_path / "a" / "audit.json")
     assert {k: v for k, v in printed.items() if k not in ("eps_lower", "p_value_at_nominal", "rejects_nominal",
-                                                          "artifact")} == doc
+                                                          "artifact", "underpowered", "plan_note")} == doc
     assert (doc["result"]["guesses"], doc["result"]["correct"]) == (r, v)
     assert printed["eps_lower"] == pytest.approx(float(logit(betaincinv(v, r - v + 1, 0.05))), abs=2e-9)
     assert doc["diagnostics"]["scores_file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
