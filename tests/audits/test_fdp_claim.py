@@ -196,3 +196,40 @@ def test_planned_gaussian_m1e5_figure_and_soundness():
     mu_exact = fdp_mu_lower(10**5, 650, 626, 0.05)[0]
     assert 1 / out["noise_scale"] <= mu_exact
     assert out["eps_lower"] <= eps_of_mu(mu_exact, 1e-5) < out["eps_claimed"]
+
+
+@pytest.mark.parametrize("extra, name", [
+    (["--sampling-rate", "1", "--noise-multiplier", "0.05", "--steps", "1"], "noise_multiplier"),
+    (["--sampling-rate", "1", "--noise-multiplier", "1"], "steps"),
+    (["--history", "1.0:0.5:2", "--steps", "1"], "steps"),
+    (["--sampling-rate", "1.5", "--noise-multiplier", "1", "--steps", "1"], "sampling_rate"),
+    (["--history", "0.05:0.5:2"], "history"),
+])
+def test_cli_refuses_bad_claims_in_one_line(extra, name, capsys, monkeypatch):
+    """Exit 2 and one line naming the flag, before any work (the method itself is never called)."""
+    from privcheck.cli import main
+
+    monkeypatch.setattr(fc, "fdp_claim_curve", lambda *a, **k: pytest.fail("work started"))
+    code = main(["audit", "fdp-claim-curve", "--canaries", "1000", "--guesses", "100", "--correct", "90",
+                 "--delta", "1e-5", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and name in err[0]
+
+
+def test_cli_passes_counts_and_history_event_to_the_method(capsys, monkeypatch):
+    """--history gives the method the composed event, the counts and δ as given (the method is stubbed: reaching it
+    is what is checked; its figures are the library's, tested above; the full command: tests/test_docs.py)."""
+    from privcheck.cli import main
+
+    seen = {}
+
+    def stub(m, r, v, **kw):
+        seen.update(m=m, r=r, v=v, **kw)
+        raise RuntimeError("stub reached")
+
+    monkeypatch.setattr(fc, "fdp_claim_curve", stub)
+    code = main(["audit", "fdp-claim-curve", "--canaries", "1000", "--guesses", "100", "--correct", "90",
+                 "--delta", "1e-5", "--history", "1.0:0.5:2", "--json"])
+    assert code == 3 and "stub reached" in capsys.readouterr().err
+    assert (seen["m"], seen["r"], seen["v"], seen["delta"]) == (1000, 100, 90, 1e-5)
+    assert seen["event"] == CompositionHistory((PoissonGaussianEvent(0.5, 1.0, 2),))
