@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from audits import report
-from audits.gdp import fdp_rejects_curve
+from audits.gdp import delta_of_eps, eps_of_mu, fdp_rejects_curve
 from audits.pvalue import EPS_CAP, MAX_CANARIES, eps_lower
 from audits.report import AuditReport
 from privcheck import validation as val
@@ -42,8 +42,11 @@ CLAIM_FAMILY_PREFIX = "claim_family:"
 # The δ of the (ε, δ) lines behind each curve: 55 points, 1e-14 … 0.5, log-spaced (4 per decade). The recursion
 # reads f_L(1 − y) at y ≥ τv/m, which for m ≤ 10⁶ lies where lines with δ ≥ 1e-14 carry it.
 PROFILE_DELTAS = tuple(float(d) for d in np.logspace(-14.0, math.log10(0.5), 55))
-_LOG_S_WIDTH = 2e-3          # the search stops when s_hi / s_lo − 1 < 2e-3
-_MAX_DOUBLINGS = 24
+_GRID_STEP = math.log1p(2e-3)   # the search grid s = (1 + 2e-3)^k: the search ends with s_hi / s_lo = 1.002
+_K_MAX = math.ceil(24 * math.log(2.0) / _GRID_STEP)   # s up to 2^24: beyond, no member is rejected (eps_lower 0)
+_PROXY_LINES = 256
+_PROXY_INTERVAL = 1e-3
+_EVAL_SAMPLES = 4            # planning: the chosen rule's counts are averaged over 4 fresh reference samples
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,41 +123,123 @@ def _s_min(event) -> float:
     return floor / min(_noises(event))
 
 
+def grid_scale(k: int) -> float:
+    """Member k of the search grid: s = (1 + 2e-3)^k (k = 0 is the claim itself). Every search, for every guess rule,
+    visits only grid points, so the curves it computes are shared (`claim_curve` is cached by event)."""
+    return math.exp(k * _GRID_STEP)
+
+
+def _k_range(event) -> tuple[int, int]:
+    return math.ceil(math.log(_s_min(event)) / _GRID_STEP - 1e-9), _K_MAX
+
+
 def _rejects(m, r, v, event, s, tau) -> bool:
     return fdp_rejects_curve(m, r, v, claim_curve(member(event, s)).binv, tau)
 
 
-def claim_eps_lower(m: int, r: int, v: int, event, delta: float, tau: float) -> dict:
-    """The search (validated inputs): {eps_lower, s (least private rejected scale, None if none), rejects_nominal,
-    search_capped}. eps_lower = lower end of ε(member(s), δ), 0 when no member is rejected."""
-    nominal = bool(v > 0 and _rejects(m, r, v, event, 1.0, tau))
-    if v == 0:
-        return {"eps_lower": 0.0, "s": None, "rejects_nominal": False, "search_capped": False}
-    s_min, capped = _s_min(event), False
-    if nominal:
-        hi, lo = 1.0, 0.5
-        while _rejects(m, r, v, event, max(lo, s_min), tau):
-            if lo <= s_min:
-                hi, lo, capped = s_min, None, True
-                break
-            hi, lo = lo, lo / 2
-        lo = None if lo is None else max(lo, s_min)
-    else:
-        lo, hi = 1.0, 2.0
-        for _ in range(_MAX_DOUBLINGS):
-            if _rejects(m, r, v, event, hi, tau):
-                break
-            lo, hi = hi, hi * 2
+# ---------------------------------------------------------------------------------------------------------------------
+# The proxy curve: where to look, never what is reported.
+
+
+@functools.lru_cache(maxsize=4096)
+def proxy_curve(event) -> ClaimCurve | None:
+    """A fast float stand-in for `claim_curve` that only steers searches: the lines (ε_j, δ(ε_j)) of dp-accounting's
+    pessimistic PLD (interval 1e-3, one composition for all lines) on 256 ε_j, or of the exact μ-GDP profile of a
+    GaussianEvent. None when it cannot be computed (the search then starts at the claim). Nothing reported rests on
+    it: every rejection behind a reported figure is the certified curve's."""
+    try:
+        if isinstance(event, GaussianEvent):
+            mu = event.sensitivity / event.sigma
+            top = eps_of_mu(mu, PROFILE_DELTAS[0])
+            eps = np.linspace(0.0, top, _PROXY_LINES)
+            dlt = np.array([delta_of_eps(float(e), mu) for e in eps])
         else:
-            return {"eps_lower": 0.0, "s": None, "rejects_nominal": False, "search_capped": False}
-    while lo is not None and hi / lo - 1.0 > _LOG_S_WIDTH:      # invariant: rejects(hi), not rejects(lo)
-        mid = math.sqrt(lo * hi)
-        if _rejects(m, r, v, event, mid, tau):
+            from privcheck.accounting import dpsgd
+            phases = event.phases if isinstance(event, CompositionHistory) else (event,)
+            relation = event.relation.value
+            dpsgd._check_float_pld_size(tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in phases),
+                                        _PROXY_INTERVAL)
+            pld = None
+            for p in phases:
+                one = dpsgd._one_round_pld(p.sampling_rate, p.noise_multiplier, _PROXY_INTERVAL, relation)
+                one = one.self_compose(p.steps) if p.steps > 1 else one
+                pld = one if pld is None else pld.compose(one)
+            top = float(pld.get_epsilon_for_delta(PROFILE_DELTAS[0]))
+            eps = np.linspace(0.0, top, _PROXY_LINES)
+            dlt = np.asarray(pld.get_delta_for_epsilon(eps), dtype=float)
+    except (ValueError, ArithmeticError, OverflowError, MemoryError, KeyError, InvalidParameter):
+        return None
+    keep = np.isfinite(eps) & np.isfinite(dlt) & (dlt < 1.0)
+    return ClaimCurve(eps=eps[keep], delta=np.clip(dlt[keep], 0.0, 1.0))
+
+
+def _proxy_rejects(m, r, v, event, k, tau) -> bool:
+    curve = proxy_curve(member(event, grid_scale(k)))
+    return bool(curve is not None and fdp_rejects_curve(m, r, v, curve.binv, tau))
+
+
+def _search(rejects, k0: int, k_min: int, k_max: int) -> tuple[int | None, int | None]:
+    """The least k in [k_min, k_max] with rejects(k), for a (nearly) monotone predicate (False below, True above):
+    galloping from k0 to a bracket, then bisection. Returns (k_hi, k_lo): rejects(k_hi) was evaluated True and
+    rejects(k_lo) False with k_hi − k_lo = 1; k_lo None when k_hi = k_min (capped); (None, k_max) when even k_max
+    does not reject. The returned k_hi is always a rejected point, whatever the predicate's shape."""
+    k0 = min(max(k0, k_min), k_max)
+    step = 1
+    if rejects(k0):
+        hi = k0
+        while True:
+            if hi == k_min:
+                return hi, None
+            cand = max(hi - step, k_min)
+            if not rejects(cand):
+                lo = cand
+                break
+            hi, step = cand, step * 2
+    else:
+        lo = k0
+        while True:
+            if lo == k_max:
+                return None, k_max
+            cand = min(lo + step, k_max)
+            if rejects(cand):
+                hi = cand
+                break
+            lo, step = cand, step * 2
+    while hi - lo > 1:                    # invariant: rejects(hi), not rejects(lo)
+        mid = (lo + hi) // 2
+        if rejects(mid):
             hi = mid
         else:
             lo = mid
-    eps = min(member_epsilon(member(event, hi), delta), EPS_CAP)
-    return {"eps_lower": eps, "s": hi, "rejects_nominal": nominal, "search_capped": capped}
+    return hi, lo
+
+
+def _proxy_start(m, r, v, event, tau, k_hint: int = 0) -> int:
+    """The proxy's least rejected grid index (the certified search starts there), k_hint when there is no proxy."""
+    if proxy_curve(event) is None:
+        return k_hint
+    k_min, k_max = _k_range(event)
+    hi, _ = _search(lambda k: _proxy_rejects(m, r, v, event, k, tau), k_hint, k_min, k_max)
+    return k_max if hi is None else hi
+
+
+def claim_eps_lower(m: int, r: int, v: int, event, delta: float, tau: float, *, hint: int = 0) -> dict:
+    """The search (validated inputs): {eps_lower, s (least private rejected scale, None if none), rejects_nominal,
+    search_capped}. eps_lower = lower end of ε(member(s), δ), 0 when no member is rejected. The certified search
+    runs on the grid s = grid_scale(k), starting where the proxy curve places the answer (its search starts at
+    grid index `hint`; without a proxy the certified search does), and ends
+    with k_hi rejected by the certified curve and k_hi − 1 not (or k_hi at the floor: search_capped)."""
+    if v == 0:
+        return {"eps_lower": 0.0, "s": None, "rejects_nominal": False, "search_capped": False}
+    nominal = bool(_rejects(m, r, v, event, 1.0, tau))
+    k_min, k_max = _k_range(event)
+    k0 = _proxy_start(m, r, v, event, tau, hint)
+    hi, lo = _search(lambda k: _rejects(m, r, v, event, grid_scale(k), tau), k0, k_min, k_max)
+    if hi is None:
+        return {"eps_lower": 0.0, "s": None, "rejects_nominal": nominal, "search_capped": False}
+    s_hi = grid_scale(hi)
+    eps = min(member_epsilon(member(event, s_hi), delta), EPS_CAP)
+    return {"eps_lower": eps, "s": s_hi, "rejects_nominal": nominal, "search_capped": lo is None}
 
 
 def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, confidence: float = 0.95,
@@ -189,29 +274,65 @@ def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, 
                        randomness=report.randomness_block("external", None))
 
 
-def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 8,
-                      seed: int = 0) -> dict:
-    """Planned claim-curve ε_lower for m canaries (audits.power style, expected counts): for each pre-declared rule
-    of a `points`-point grid of top-only and balanced rules, v = the rule's correct count on power's reference
-    sample of the score model (seeded), and ε_lower(m, k, v); the largest and its rule, beside the Steinke
-    planned bound of the same rule and the claimed ε. A forecast, not a bound."""
+def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 40,
+                      refine: int = 12, seed: int = 0) -> dict:
+    """Planned claim-curve ε_lower for m canaries (audits.power style, expected counts): the guess rule is chosen on
+    simulated scores only (pre-registrable), then the method runs at its expected counts. Rules: top-only and
+    balanced rules on a `points`-point log grid of guess counts, then `refine` more counts of the best kind between
+    the best count's grid neighbours; v = the rule's correct count on power's reference sample of the score model
+    (seeded). Each rule is ranked by the proxy curve's least rejected grid member (a rule is searched only when it
+    beats the best so far). The chosen rule's counts are then drawn afresh (_EVAL_SAMPLES more independent
+    reference samples, averaged), so that choosing the best of many rules does not inflate the forecast, and its
+    ε_lower is computed with the certified curves, as the audit would. Returns the ε_lower, the rule, its counts,
+    the Steinke planned bound of the same counts, the noise scale and the claimed ε. A forecast, not a bound."""
     from audits.power import GuessRule, _reference_counts, guess_counts, parse_score_model
 
     m = val.count("m", m, 1, MAX_CANARIES)
     event = _check_event(event)
     delta = val.open_unit("delta", delta)
     p = val.significance(val.open_unit("confidence", confidence))
+    points = val.count("points", points, 2, 400)
+    refine = val.count("refine", refine, 0, 400)
     model = parse_score_model(score_model) if isinstance(score_model, str) else score_model
+    rng = np.random.default_rng(seed)
     ks = guess_counts(m, points)
     rules = [GuessRule(k, 0) for k in ks] + [GuessRule((k + 1) // 2, k // 2) for k in ks if k > 1]
-    ratio, correct = _reference_counts(model, m, rules, np.random.default_rng(seed))
-    best = {"eps_lower": -1.0}
-    for rule, c in zip(rules, correct):
-        k = rule.k_plus + rule.k_minus
-        v = c // ratio
-        out = claim_eps_lower(m, k, v, event, delta, p)
-        if out["eps_lower"] > best["eps_lower"]:
-            best = {"eps_lower": out["eps_lower"], "k_plus": rule.k_plus, "k_minus": rule.k_minus, "correct": v,
-                    "eps_lower_steinke": eps_lower(m, k, v, delta, p)}
-    best["eps_claimed"] = epsilon(event, delta).value
-    return best
+    ratio, correct = _reference_counts(model, m, rules, rng)
+    best: dict = {"k": None}
+
+    def consider(rule, c):
+        r, v = rule.k_plus + rule.k_minus, c // ratio
+        if v == 0:
+            return
+        if best["k"] is None:
+            k = _proxy_start(m, r, v, event, p)
+        elif _proxy_rejects(m, r, v, event, best["k"] - 1, p):
+            k = _search(lambda j: _proxy_rejects(m, r, v, event, j, p), best["k"] - 1, *_k_range(event))[0]
+        else:
+            return
+        if k is not None and (best["k"] is None or k < best["k"]):
+            best.update(k=k, rule=rule, r=r, v=v)
+
+    order = sorted(zip(rules, correct), key=lambda rc: -eps_lower(m, rc[0].guesses, rc[1] // ratio, delta, p))
+    for rule, c in order:
+        consider(rule, c)
+    if best["k"] is not None and refine:
+        pos = ks.index(best["r"])
+        lo, hi = ks[max(pos - 1, 0)], ks[min(pos + 1, len(ks) - 1)]
+        extra = sorted({int(k) for k in np.round(np.geomspace(lo, hi, refine + 2))} - set(ks))
+        balanced = best["rule"].k_minus > 0
+        more = [GuessRule((k + 1) // 2, k // 2) if balanced else GuessRule(k, 0) for k in extra]
+        if more:
+            _, more_correct = _reference_counts(model, m, more, rng)
+            for rule, c in zip(more, more_correct):
+                consider(rule, c)
+    eps_claimed = epsilon(event, delta).value
+    if best["k"] is None:
+        return {"eps_lower": 0.0, "k_plus": None, "k_minus": None, "correct": None, "eps_lower_steinke": 0.0,
+                "noise_scale": None, "eps_claimed": eps_claimed}
+    fresh = [_reference_counts(model, m, [best["rule"]], rng) for _ in range(_EVAL_SAMPLES)]   # no winner's curse
+    r, v = best["r"], sum(c for _, (c,) in fresh) // sum(ratio for ratio, _ in fresh)
+    out = claim_eps_lower(m, r, v, event, delta, p, hint=best["k"])
+    return {"eps_lower": out["eps_lower"], "k_plus": best["rule"].k_plus, "k_minus": best["rule"].k_minus,
+            "correct": v, "eps_lower_steinke": eps_lower(m, r, v, delta, p), "noise_scale": out["s"],
+            "eps_claimed": eps_claimed}

@@ -328,6 +328,20 @@ SPECS = [
         "--correct": count(0, None, ("0", "90", "100"), more=("101",)),
         "--delta": open_unit(("1e-5",)), "--confidence": PROB, "--out": out(), "--json": SWITCH_FLAG},
         required=tuple(ONE_RUN_BASE), writes=True),
+    Spec(("audit", "fdp-claim-curve"), {**ONE_RUN_BASE, "--sampling-rate": "1", "--noise-multiplier": "1",
+                                         "--steps": "1"}, {
+        "--canaries": count(1, 10**8, ("1000", "100000000"), more=("99",), blame=("guesses",)),
+        "--guesses": count(0, None, ("100", "1000"), more=("1001", "89"), blame=("correct",)),
+        "--correct": count(0, None, ("0", "90", "100"), more=("101",)),
+        "--sampling-rate": real(("0.5", "1"), more=("0", "1.5", "-0.1")),
+        "--noise-multiplier": positive(("1", "2"), more=("0.01",)),
+        "--steps": count(1, MAX_STEPS, ("2",)),
+        "--history": Flag((), ("1.0:0.5:2", "x", "{file}", "{missing}.json", "{dir}.json", "/proc/self/x.json"),
+                          blame=("sampling_rate",)),
+        "--delta": open_unit(("1e-5",)), "--confidence": PROB, "--out": out(), "--json": SWITCH_FLAG},
+        required=tuple(ONE_RUN_BASE), writes=True, work=("audits.fdp_claim:fdp_claim_curve",),
+        files=tuple(FileFlag("--history", inp, drop=("--sampling-rate", "--noise-multiplier", "--steps"))
+                    for inp in (HISTORY, OPACUS_HISTORY))),
     Spec(("audit", "power"), {"--canaries": "100", "--delta": "1e-5", "--score-model": "perfect"}, {
         "--canaries": count(1, 10**8, ("1", "100", "1000000"), more=("100000000",), blame=("sims",)),
         "--delta": half_open_unit(), "--confidence": PROB,
@@ -399,9 +413,9 @@ def _leaf_commands() -> set[str]:
 
 
 def test_every_leaf_command_is_fuzzed():
-    """A new subcommand fails this test until it has a spec (23 leaf commands today)."""
+    """A new subcommand fails this test until it has a spec (24 leaf commands today)."""
     leaves = _leaf_commands()
-    assert len(leaves) == 23 and leaves == {spec.command for spec in SPECS}
+    assert len(leaves) == 24 and leaves == {spec.command for spec in SPECS}
 
 
 def _options(spec: Spec) -> dict[str, argparse.Action]:

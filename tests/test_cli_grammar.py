@@ -204,7 +204,7 @@ def _python(script: str, *args: str, env: dict | None = None) -> subprocess.Comp
 
 
 def test_every_leaf_help_imports_nothing_heavy():
-    """`--help` of every leaf command (23 today, `audit dp-grpo` included) builds its parser without torch,
+    """`--help` of every leaf command (24 today, `audit dp-grpo` included) builds its parser without torch,
     transformers, scipy, flint, dp_accounting or matplotlib (asserted on the imported modules, not on time)."""
     proc = _python(_HELP_IMPORTS, ",".join(HEAVY))
     assert proc.returncode == 0, proc.stderr.decode()

@@ -2,7 +2,8 @@
 
 The one CLI home of the package. Commands: `one-run` (from counts, or `--scores FILE`: a scores file of
 `audits.scores_file`), `clopper-pearson`, `gdp`, `fdp-one-run` (here), `power`
-(`audits.cli.power`), `multi-run` (`audits.cli.multirun`), `selection` and `dp-grpo` (registered from
+(`audits.cli.power`), `multi-run` (`audits.cli.multirun`), `fdp-claim-curve` (`audits.cli.fdp_claim`), `selection`
+and `dp-grpo` (registered from
 `audits.cli.selection` and `audits.cli.dpgrpo`).
 Each audit command prints a table, or with `--json` one JSON object: the audit report with the command's headline
 keys copied to the top level (GDP-family commands never print `eps_lower`). `--out DIR` also writes the sealed
@@ -65,6 +66,7 @@ def register(verbs: dict, common) -> None:
     f.set_defaults(func=cmd_fdp_one_run)
 
     from audits.cli.dpgrpo import add_dpgrpo_parser
+    from audits.cli.fdp_claim import add_fdp_claim_parser
     from audits.cli.multirun import add_multirun_parser
     from audits.cli.power import add_power_parser
     from audits.cli.selection import add_selection_parser
@@ -72,6 +74,7 @@ def register(verbs: dict, common) -> None:
     add_multirun_parser(audit, common)
     add_selection_parser(audit, common)
     add_dpgrpo_parser(audit, common)
+    add_fdp_claim_parser(audit, common)
 
 
 def _counts(p, required: bool = True) -> None:

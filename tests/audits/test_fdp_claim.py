@@ -138,3 +138,98 @@ def test_gaussian_report_eps_lower_and_schema():
     assert res["eps_lower_steinke"] == pytest.approx(3.465376, abs=1e-6)
     assert res["rejects_nominal"] is True
     validate(rep.to_json(), name="audit.schema.json")
+
+
+@pytest.mark.parametrize("threshold", [-700, -3, 0, 1, 5, 450])
+@pytest.mark.parametrize("k0", [-50, 0, 7, 300])
+def test_search_finds_the_least_rejected_grid_index(threshold, k0):
+    seen = []
+    pred = lambda k: seen.append(k) or k >= threshold  # noqa: E731
+    assert fc._search(pred, k0, -1000, 1000) == (threshold, threshold - 1)
+    assert len(seen) <= 2 * abs(threshold - k0).bit_length() + 3     # galloping: logarithmic in the distance
+
+
+def test_search_ends_capped_none_and_always_on_a_rejected_point():
+    assert fc._search(lambda k: True, 5, -10, 10) == (-10, None)
+    assert fc._search(lambda k: False, 5, -10, 10) == (None, 10)
+    rng = np.random.default_rng(7)
+    for _ in range(200):                     # any predicate, monotone or not: k_hi was evaluated and rejected
+        table = rng.random(41) < 0.5
+        table[-1] = True
+        hi, lo = fc._search(lambda k: bool(table[k + 20]), int(rng.integers(-20, 21)), -20, 20)
+        assert table[hi + 20] and (lo is None or (not table[lo + 20] and hi - lo == 1))
+
+
+def test_grid_and_search_are_certified_and_below_the_exact_gaussian():
+    """The certified search ends on a grid pair: s_hi rejected and s_hi/1.002 not, both by the certified curve.
+    Since f_L lies below the exact Gaussian curve, μ = 1/s_hi is at most the exact recursion's μ_lower (audits.gdp,
+    closed-form curve) and, the envelope being close, within 0.01 of it."""
+    m, r, v = 1000, 100, 100
+    out = fc.claim_eps_lower(m, r, v, GAUSS, 1e-5, 0.05)
+    s_hi = out["s"]
+    k = round(np.log(s_hi) / np.log1p(2e-3))
+    assert s_hi == fc.grid_scale(k)
+    assert fdp_rejects_curve(m, r, v, fc.claim_curve(fc.member(GAUSS, s_hi)).binv, 0.05)
+    assert not fdp_rejects_curve(m, r, v, fc.claim_curve(fc.member(GAUSS, fc.grid_scale(k - 1))).binv, 0.05)
+    mu_exact = fdp_mu_lower(m, r, v, 0.05)[0]
+    assert mu_exact - 0.01 <= 1 / s_hi <= mu_exact
+
+
+def test_proxy_curve_close_to_closed_form():
+    """The proxy only steers the search, but it should be near the true curve (mpmath closed form, μ = 1)."""
+    curve = fc.proxy_curve(GAUSS)
+    for a in ALPHAS[::2]:
+        assert abs(curve.f(a) - float(_gauss_f(a, 1))) < 0.02
+
+
+@pytest.mark.slow
+def test_planned_gaussian_m1e5_figure_and_soundness():
+    """The documented planning figure (docs/audits.md, claim-curve section; seed 0): Gaussian q = T = σ = 1,
+    m = 10⁵, δ = 1e-5. Independent soundness check at the planned counts: the certified claim curve lies below the
+    exact Gaussian curve, so its μ = 1/s is at most the closed-form recursion's μ_lower, and its ε_lower at most
+    the GDP conversion of that μ_lower (audits.gdp.eps_of_mu), itself below the claimed ε = 4.3772."""
+    from audits.gdp import eps_of_mu
+    out = fc.planned_eps_lower(10**5, event=GAUSS, delta=1e-5, score_model="gdp:1")
+    assert (out["k_plus"], out["k_minus"], out["correct"]) == (325, 325, 626)
+    assert out["eps_lower"] == pytest.approx(3.308, abs=5e-3)
+    assert out["eps_claimed"] == pytest.approx(4.3772, abs=1e-4)
+    mu_exact = fdp_mu_lower(10**5, 650, 626, 0.05)[0]
+    assert 1 / out["noise_scale"] <= mu_exact
+    assert out["eps_lower"] <= eps_of_mu(mu_exact, 1e-5) < out["eps_claimed"]
+
+
+@pytest.mark.parametrize("extra, name", [
+    (["--sampling-rate", "1", "--noise-multiplier", "0.05", "--steps", "1"], "noise_multiplier"),
+    (["--sampling-rate", "1", "--noise-multiplier", "1"], "steps"),
+    (["--history", "1.0:0.5:2", "--steps", "1"], "steps"),
+    (["--sampling-rate", "1.5", "--noise-multiplier", "1", "--steps", "1"], "sampling_rate"),
+    (["--history", "0.05:0.5:2"], "history"),
+])
+def test_cli_refuses_bad_claims_in_one_line(extra, name, capsys, monkeypatch):
+    """Exit 2 and one line naming the flag, before any work (the method itself is never called)."""
+    from privcheck.cli import main
+
+    monkeypatch.setattr(fc, "fdp_claim_curve", lambda *a, **k: pytest.fail("work started"))
+    code = main(["audit", "fdp-claim-curve", "--canaries", "1000", "--guesses", "100", "--correct", "90",
+                 "--delta", "1e-5", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and name in err[0]
+
+
+def test_cli_passes_counts_and_history_event_to_the_method(capsys, monkeypatch):
+    """--history gives the method the composed event, the counts and δ as given (the method is stubbed: reaching it
+    is what is checked; its figures are the library's, tested above; the full command: tests/test_docs.py)."""
+    from privcheck.cli import main
+
+    seen = {}
+
+    def stub(m, r, v, **kw):
+        seen.update(m=m, r=r, v=v, **kw)
+        raise RuntimeError("stub reached")
+
+    monkeypatch.setattr(fc, "fdp_claim_curve", stub)
+    code = main(["audit", "fdp-claim-curve", "--canaries", "1000", "--guesses", "100", "--correct", "90",
+                 "--delta", "1e-5", "--history", "1.0:0.5:2", "--json"])
+    assert code == 3 and "stub reached" in capsys.readouterr().err
+    assert (seen["m"], seen["r"], seen["v"], seen["delta"]) == (1000, 100, 90, 1e-5)
+    assert seen["event"] == CompositionHistory((PoissonGaussianEvent(0.5, 1.0, 2),))
