@@ -36,7 +36,7 @@ from privcheck.accounting.pld_certified import NOISE_RANGE
 from privcheck.errors import InvalidParameter
 
 __all__ = ["CLAIM_FAMILY_PREFIX", "PROFILE_DELTAS", "ClaimCurve", "claim_curve", "claim_eps_lower",
-           "claim_family_label", "fdp_claim_curve", "member", "member_epsilon"]
+           "claim_family_label", "fdp_claim_curve", "grid_search", "member", "member_epsilon"]
 
 CLAIM_FAMILY_PREFIX = "claim_family:"
 # The δ of the (ε, δ) lines behind each curve: 55 points, 1e-14 … 0.5, log-spaced (4 per decade). The recursion
@@ -157,13 +157,8 @@ def proxy_curve(event) -> ClaimCurve | None:
             from privcheck.accounting import dpsgd
             phases = event.phases if isinstance(event, CompositionHistory) else (event,)
             relation = event.relation.value
-            dpsgd._check_float_pld_size(tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in phases),
-                                        _PROXY_INTERVAL)
-            pld = None
-            for p in phases:
-                one = dpsgd._one_round_pld(p.sampling_rate, p.noise_multiplier, _PROXY_INTERVAL, relation)
-                one = one.self_compose(p.steps) if p.steps > 1 else one
-                pld = one if pld is None else pld.compose(one)
+            pld = dpsgd.float_pld_history(tuple((p.sampling_rate, p.noise_multiplier, p.steps) for p in phases),
+                                          _PROXY_INTERVAL, relation)
             top = float(pld.get_epsilon_for_delta(PROFILE_DELTAS[0]))
             eps = np.linspace(0.0, top, _PROXY_LINES)
             dlt = np.asarray(pld.get_delta_for_epsilon(eps), dtype=float)
@@ -178,7 +173,7 @@ def _proxy_rejects(m, r, v, event, k, tau) -> bool:
     return bool(curve is not None and fdp_rejects_curve(m, r, v, curve.binv, tau))
 
 
-def _search(rejects, k0: int, k_min: int, k_max: int) -> tuple[int | None, int | None]:
+def grid_search(rejects, k0: int, k_min: int, k_max: int) -> tuple[int | None, int | None]:
     """The least k in [k_min, k_max] with rejects(k), for a (nearly) monotone predicate (False below, True above):
     galloping from k0 to a bracket, then bisection. Returns (k_hi, k_lo): rejects(k_hi) was evaluated True and
     rejects(k_lo) False with k_hi − k_lo = 1; k_lo None when k_hi = k_min (capped); (None, k_max) when even k_max
@@ -219,7 +214,7 @@ def _proxy_start(m, r, v, event, tau, k_hint: int = 0) -> int:
     if proxy_curve(event) is None:
         return k_hint
     k_min, k_max = _k_range(event)
-    hi, _ = _search(lambda k: _proxy_rejects(m, r, v, event, k, tau), k_hint, k_min, k_max)
+    hi, _ = grid_search(lambda k: _proxy_rejects(m, r, v, event, k, tau), k_hint, k_min, k_max)
     return k_max if hi is None else hi
 
 
@@ -234,7 +229,7 @@ def claim_eps_lower(m: int, r: int, v: int, event, delta: float, tau: float, *, 
     nominal = bool(_rejects(m, r, v, event, 1.0, tau))
     k_min, k_max = _k_range(event)
     k0 = _proxy_start(m, r, v, event, tau, hint)
-    hi, lo = _search(lambda k: _rejects(m, r, v, event, grid_scale(k), tau), k0, k_min, k_max)
+    hi, lo = grid_search(lambda k: _rejects(m, r, v, event, grid_scale(k), tau), k0, k_min, k_max)
     if hi is None:
         return {"eps_lower": 0.0, "s": None, "rejects_nominal": nominal, "search_capped": False}
     s_hi = grid_scale(hi)
@@ -285,7 +280,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     reference samples, averaged), so that choosing the best of many rules does not inflate the forecast, and its
     ε_lower is computed with the certified curves, as the audit would. Returns the ε_lower, the rule, its counts,
     the Steinke planned bound of the same counts, the noise scale and the claimed ε. A forecast, not a bound."""
-    from audits.power import GuessRule, _reference_counts, guess_counts, parse_score_model
+    from audits.power import GuessRule, guess_counts, parse_score_model, reference_counts
 
     m = val.count("m", m, 1, MAX_CANARIES)
     event = _check_event(event)
@@ -297,7 +292,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     rng = np.random.default_rng(seed)
     ks = guess_counts(m, points)
     rules = [GuessRule(k, 0) for k in ks] + [GuessRule((k + 1) // 2, k // 2) for k in ks if k > 1]
-    ratio, correct = _reference_counts(model, m, rules, rng)
+    ratio, correct = reference_counts(model, m, rules, rng)
     best: dict = {"k": None}
 
     def consider(rule, c):
@@ -307,7 +302,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
         if best["k"] is None:
             k = _proxy_start(m, r, v, event, p)
         elif _proxy_rejects(m, r, v, event, best["k"] - 1, p):
-            k = _search(lambda j: _proxy_rejects(m, r, v, event, j, p), best["k"] - 1, *_k_range(event))[0]
+            k = grid_search(lambda j: _proxy_rejects(m, r, v, event, j, p), best["k"] - 1, *_k_range(event))[0]
         else:
             return
         if k is not None and (best["k"] is None or k < best["k"]):
@@ -323,14 +318,14 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
         balanced = best["rule"].k_minus > 0
         more = [GuessRule((k + 1) // 2, k // 2) if balanced else GuessRule(k, 0) for k in extra]
         if more:
-            _, more_correct = _reference_counts(model, m, more, rng)
+            _, more_correct = reference_counts(model, m, more, rng)
             for rule, c in zip(more, more_correct):
                 consider(rule, c)
     eps_claimed = epsilon(event, delta).value
     if best["k"] is None:
         return {"eps_lower": 0.0, "k_plus": None, "k_minus": None, "correct": None, "eps_lower_steinke": 0.0,
                 "noise_scale": None, "eps_claimed": eps_claimed}
-    fresh = [_reference_counts(model, m, [best["rule"]], rng) for _ in range(_EVAL_SAMPLES)]   # no winner's curse
+    fresh = [reference_counts(model, m, [best["rule"]], rng) for _ in range(_EVAL_SAMPLES)]   # no winner's curse
     r, v = best["r"], sum(c for _, (c,) in fresh) // sum(ratio for ratio, _ in fresh)
     out = claim_eps_lower(m, r, v, event, delta, p, hint=best["k"])
     return {"eps_lower": out["eps_lower"], "k_plus": best["rule"].k_plus, "k_minus": best["rule"].k_minus,

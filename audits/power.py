@@ -63,7 +63,7 @@ __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling"
            "PowerReport", "PowerVerdict", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "UNDERPOWERED_FRACTION",
            "VERDICT_KEYS", "assess", "canaries_needed", "canaries_to_reach", "ceiling", "check_fraction",
            "default_k_grid", "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss",
-           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "validate_plan_inputs"]
+           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "reference_counts", "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
@@ -322,7 +322,7 @@ def _noiseless_guard(grid, rules, m, eps_nominal, delta, confidence, never_sampl
 # Simulation
 
 
-def _reference_counts(model: ScoreModel, m: int, rules, rng) -> tuple[int, list[int]]:
+def reference_counts(model: ScoreModel, m: int, rules, rng) -> tuple[int, list[int]]:
     """Correct guesses of each rule on a reference sample of R·m scores (R·m/2 in, R·m/2 out), in units where the
     top-k₊/m fraction of the pool is exactly R·k₊ scores. Returns (R, correct counts)."""
     ratio = _reference_scores(m) // m                               # even, so R·m/2 is an integer
@@ -543,7 +543,7 @@ def plan(m, *, delta, confidence, eps_nominal, score_model, k_grid=None, sims=20
     rng = policy.numpy_generator()
 
     ceil = ceiling(m, delta, confidence)
-    ratio, correct = _reference_counts(model, m, rules, rng)
+    ratio, correct = reference_counts(model, m, rules, rng)
     grid = []
     for rule, c in zip(rules, correct):
         k = rule.guesses

@@ -36,7 +36,7 @@ from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.serialization import jsonable
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "dispatch",
-           "emit", "main"]
+           "dpsgd_event", "emit", "epsilon_in_range", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_STATUS_HELP = """exit status:
@@ -61,7 +61,7 @@ def emit(args, payload: dict, rows: list[tuple[str, object]]) -> None:
 
 # --- subcommands --------------------------------------------------------------------------------------
 
-def _epsilon_in_range(eps: float, name: str, value) -> None:
+def epsilon_in_range(eps: float, name: str, value) -> None:
     """Refuse, naming the parameter `name` that drives it, an ε beyond the documented range of every ε figure,
     (0, EPS_MAX = 10⁴] (docs/accounting.md: a larger ε is no guarantee, and 2Δ/σ with σ = 1e-300 would print 2e+300);
     such an ε is never printed."""
@@ -90,7 +90,7 @@ def _history(text: str):
     return CompositionHistory.from_opacus(doc)
 
 
-def _dpsgd_event(args):
+def dpsgd_event(args):
     from privcheck.accounting import PoissonGaussianEvent
     given = [name for name in ("sampling_rate", "noise_multiplier", "steps") if getattr(args, name) is not None]
     if args.history is not None:
@@ -105,13 +105,13 @@ def _dpsgd_event(args):
 
 def cmd_account_dpsgd(args) -> int:
     from privcheck.accounting import epsilon
-    event = _dpsgd_event(args)
+    event = dpsgd_event(args)
     pld = epsilon(event, args.delta)
     floats = epsilon(event, args.delta, method="pld_float")
     rdp = epsilon(event, args.delta, method="rdp")
     main, others = (pld, (floats, rdp)) if args.accountant == "pld" else (rdp, (pld, floats))
     for rec in (main, *others):
-        _epsilon_in_range(rec.value, *(("history", args.history) if args.history is not None
+        epsilon_in_range(rec.value, *(("history", args.history) if args.history is not None
                                        else ("noise_multiplier", args.noise_multiplier)))
     payload = {"epsilon": main.value, "delta": args.delta, "accountant": args.accountant,
                "cross_check": {"accountant": others[-1].method, "epsilon": jsonable(others[-1].value)},
@@ -156,7 +156,7 @@ def cmd_calibrate_steps(args) -> int:
 def cmd_account_gaussian(args) -> int:
     from privcheck.accounting import GaussianEvent, epsilon
     rec = epsilon(GaussianEvent(args.sigma, args.sensitivity), args.delta)
-    _epsilon_in_range(rec.value, "sigma", args.sigma)
+    epsilon_in_range(rec.value, "sigma", args.sigma)
     payload = {"epsilon": rec.value, "delta": args.delta, "enclosure": [rec.certified.lower, rec.certified.upper],
                "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", args.delta),
@@ -175,13 +175,13 @@ def cmd_account_privbon(args) -> int:
         raise InvalidParameter("candidates" if args.candidates is None else "r_max", None,
                                "--candidates and --r-max are given together")
     nominal = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, mode="nominal"))
-    _epsilon_in_range(nominal.value, "sigma", args.sigma)         # 2Δ/σ, before the bounded-range integral
+    epsilon_in_range(nominal.value, "sigma", args.sigma)         # 2Δ/σ, before the bounded-range integral
     payload = {"epsilon": nominal.value, "epsilon_enclosure": _enclosure(nominal), "record": nominal.to_json()}
     rows = [("epsilon (2Δ/σ)", nominal.value)]
     if args.candidates is not None:
         exact = epsilon(PrivBoNEvent(args.sensitivity, args.sigma, candidates=args.candidates, r_max=args.r_max,
                                      r_lo=args.r_lo))
-        _epsilon_in_range(exact.value, "sigma", args.sigma)
+        epsilon_in_range(exact.value, "sigma", args.sigma)
         payload.update(epsilon_bounded_range=exact.value, epsilon_bounded_range_enclosure=_enclosure(exact),
                        bounded_range_record=exact.to_json())
         rows.append((f"epsilon_bounded_range (n={args.candidates})", exact.value))
@@ -198,8 +198,8 @@ def cmd_account_privitp(args) -> int:
                            r_max=args.r_max, r_lo=args.r_lo)
     rec = epsilon(PrivITPEvent(params, args.lambda_tilde, None if args.fallback else args.halting_time))
     d = rec.details
-    _epsilon_in_range(d["eps1"], "sigma_x", args.sigma_x)
-    _epsilon_in_range(rec.value, "sigma_z", args.sigma_z)
+    epsilon_in_range(d["eps1"], "sigma_x", args.sigma_x)
+    epsilon_in_range(rec.value, "sigma_z", args.sigma_z)
     payload = {"eps1": d["eps1"], "kappa": d["kappa"]["value"], "kappa_acc": d["kappa_acc"]["value"],
                "eps2_post": d["eps2_post"]["value"], "epsilon": rec.value, "delta": args.delta, "c": d["c"],
                "halting_time": "fallback" if args.fallback else args.halting_time,
@@ -219,7 +219,7 @@ def cmd_account_rnm(args) -> int:
     from privcheck.accounting import GaussianReportNoisyMaxEvent, epsilon
     a, b = args.range
     rec = epsilon(GaussianReportNoisyMaxEvent(args.queries, args.sigma, args.sensitivity, a, b))
-    _epsilon_in_range(rec.value, "sigma", args.sigma)
+    epsilon_in_range(rec.value, "sigma", args.sigma)
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", "pure ex-ante (same loss for every output)")])
@@ -231,7 +231,7 @@ def cmd_account_at(args) -> int:
     a, b = args.range
     rec = epsilon(GaussianAboveThresholdEvent(args.halting_time, args.threshold, args.sigma_threshold,
                                               args.sigma_query, args.sensitivity, a, b))
-    _epsilon_in_range(rec.value, "sigma_query", args.sigma_query)
+    epsilon_in_range(rec.value, "sigma_query", args.sigma_query)
     emit(args, {"epsilon": rec.value, "enclosure": _enclosure(rec), "record": rec.to_json()},
          [("epsilon", rec.value), ("enclosure", f"[{rec.certified.lower!r}, {rec.certified.upper!r}]"),
           ("guarantee", f"pure ex-post, for halting at round {args.halting_time}")])
@@ -241,8 +241,8 @@ def cmd_account_at(args) -> int:
 def cmd_convert_group(args) -> int:
     from privcheck.accounting import group_privacy
     rec = group_privacy(args.epsilon, args.delta, args.k)
-    _epsilon_in_range(args.epsilon, "epsilon", args.epsilon)
-    _epsilon_in_range(rec.value, "k", args.k)
+    epsilon_in_range(args.epsilon, "epsilon", args.epsilon)
+    epsilon_in_range(rec.value, "k", args.k)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "k": args.k, "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]), ("k", args.k)])
     return 0
@@ -251,7 +251,7 @@ def cmd_convert_group(args) -> int:
 def cmd_convert_replace_one(args) -> int:
     from privcheck.accounting import replace_one
     rec = replace_one(args.epsilon, args.delta)
-    _epsilon_in_range(rec.value, "epsilon", args.epsilon)
+    epsilon_in_range(rec.value, "epsilon", args.epsilon)
     payload = {"epsilon": rec.value, "delta": rec.details["delta"], "record": rec.to_json()}
     emit(args, payload, [("epsilon", rec.value), ("delta", rec.details["delta"]),
                           ("neighboring", "replace_one")])

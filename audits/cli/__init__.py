@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from privcheck.cli_args import integer, number
 
-__all__ = ["claimed_output", "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report",
-           "emit_with_plan", "plan_rows", "register"]
+__all__ = ["add_count_args", "add_level_args", "add_out_arg", "ceiling_rows", "check_counts", "claimed_output",
+           "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report", "emit_with_plan",
+           "plan_rows", "register"]
 
 
 def register(verbs: dict, common) -> None:
@@ -24,7 +25,7 @@ def register(verbs: dict, common) -> None:
     o = audit.add_parser("one-run", parents=[common],
                          help="one-run canary audit (Steinke, Nasr & Jagielski) from counts or from a scores file "
                               "(--scores): ε lower bound")
-    _counts(o, required=False)
+    add_count_args(o, required=False)
     o.add_argument("--scores", default=None, metavar="FILE",
                    help="scores file (.csv or .npz: canary scores, revealed membership, its commitment and salt; "
                         "docs/audit_your_model.md) instead of --canaries/--guesses/--correct")
@@ -34,35 +35,35 @@ def register(verbs: dict, common) -> None:
     o.add_argument("--k-minus", type=integer, default=None,
                    help="with --scores: k₋, bottom-ranked canaries guessed left out (default: the preregistration's, "
                         "else 0)")
-    _level(o)
+    add_level_args(o)
     o.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
-    _out(o)
+    add_out_arg(o)
     o.set_defaults(func=cmd_one_run)
 
     c = audit.add_parser("clopper-pearson", parents=[common],
                          help="multi-run audit with Clopper–Pearson bounds on FPR and FNR: ε lower bound")
     _runs(c)
-    _level(c)
+    add_level_args(c)
     c.add_argument("--one-sided", action="store_true", help="test only the event {score >= t} (drop ε₂)")
     c.add_argument("--thresholds", type=integer, default=1,
                    help="K thresholds declared in advance (Bonferroni: CP at p/(2K); default 1)")
     c.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
-    _out(c)
+    add_out_arg(c)
     c.set_defaults(func=cmd_clopper_pearson)
 
     g = audit.add_parser("gdp", parents=[common],
                          help="multi-run μ-GDP lower bound (valid only for a Gaussian trade-off curve)")
     _runs(g)
-    _level(g)
+    add_level_args(g)
     g.add_argument("--hypotheses", type=integer, default=1, help="K tested hypotheses (CP at p/(2K); default 1)")
-    _out(g)
+    add_out_arg(g)
     g.set_defaults(func=cmd_gdp)
 
     f = audit.add_parser("fdp-one-run", parents=[common],
                          help="one-run f-DP audit in the Gaussian family: μ lower bound (Mahloujifar et al.)")
-    _counts(f)
-    _level(f)
-    _out(f)
+    add_count_args(f)
+    add_level_args(f)
+    add_out_arg(f)
     f.set_defaults(func=cmd_fdp_one_run)
 
     from audits.cli.dpgrpo import add_dpgrpo_parser
@@ -77,7 +78,7 @@ def register(verbs: dict, common) -> None:
     add_fdp_claim_parser(audit, common)
 
 
-def _counts(p, required: bool = True) -> None:
+def add_count_args(p, required: bool = True) -> None:
     p.add_argument("--canaries", type=integer, required=required, help="m, number of randomised canaries")
     p.add_argument("--guesses", type=integer, required=required, help="r, number of non-abstaining guesses (<= m)")
     p.add_argument("--correct", type=integer, required=required, help="v, number of correct guesses (<= r)")
@@ -90,12 +91,12 @@ def _runs(p) -> None:
     p.add_argument("--false-positives", type=integer, required=True, help="FP out of N₀")
 
 
-def _level(p) -> None:
+def add_level_args(p) -> None:
     p.add_argument("--delta", type=number, required=True, help="δ of the claim being audited")
     p.add_argument("--confidence", type=number, default=0.95, help="1 − p, in (0, 1) (default 0.95)")
 
 
-def _out(p) -> None:
+def add_out_arg(p) -> None:
     p.add_argument("--out", default=None, help="directory for the sealed artifact audit.json (optional)")
 
 
@@ -157,11 +158,11 @@ def _or_none(value, text: str):
     return text if value is None else value
 
 
-def _ceiling_rows(rep) -> list:
+def ceiling_rows(rep) -> list:
     return [("ceiling (perfect guessing)", rep.power["eps_ceiling"])]
 
 
-def _check_counts(args) -> None:
+def check_counts(args) -> None:
     """--canaries, --guesses, --correct, named as the flags (the library names them m, r, v)."""
     from audits.pvalue import MAX_CANARIES
     from privcheck import validation as val
@@ -199,7 +200,7 @@ def _one_run_inputs(args) -> None:
     for name in ("k_plus", "k_minus"):
         if getattr(args, name) is not None:
             raise InvalidParameter(name, getattr(args, name), "only with --scores FILE")
-    _check_counts(args)
+    check_counts(args)
 
 
 def cmd_one_run(args) -> int:
@@ -223,7 +224,7 @@ def _one_run(args, out) -> int:
         rows += [("p_value_at_nominal", r["p_value_at_nominal"]), ("rejects_nominal", r["rejects_nominal"]),
                  ("min correct for nominal", _or_none(rep.power["min_correct_for_nominal"],
                                                       "none (even v = r cannot reach it)"))]
-    rows += _ceiling_rows(rep)
+    rows += ceiling_rows(rep)
     if r["search_capped"]:
         rows.append(("search_capped", True))
     return emit_report(args, rep, rows, out)
@@ -244,7 +245,7 @@ def _one_run_scores(args, out) -> int:
             ("confidence", args.confidence), ("delta", args.delta)]
     if args.epsilon_nominal is not None:
         rows += [("p_value_at_nominal", r["p_value_at_nominal"]), ("rejects_nominal", r["rejects_nominal"])]
-    rows += _ceiling_rows(rep) + [("auroc (diagnostic)", rep.diagnostics["auroc"])]
+    rows += ceiling_rows(rep) + [("auroc (diagnostic)", rep.diagnostics["auroc"])]
     if r["search_capped"]:
         rows.append(("search_capped", True))
     return emit_report(args, rep, rows, out)
@@ -267,7 +268,7 @@ def _clopper_pearson(args, out) -> int:
             ("direction", r["direction"] or "none"), ("confidence", args.confidence), ("delta", args.delta)]
     if args.epsilon_nominal is not None:
         rows.append(("rejects_nominal", r["rejects_nominal"]))
-    return emit_report(args, rep, rows + _ceiling_rows(rep), out)
+    return emit_report(args, rep, rows + ceiling_rows(rep), out)
 
 
 def _gdp_rows(rep) -> list:
@@ -292,6 +293,6 @@ def cmd_fdp_one_run(args) -> int:
     from audits.gdp import fdp_one_run
 
     with claimed_output(args) as out:
-        _check_counts(args)
+        check_counts(args)
         rep = fdp_one_run(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence)
         return emit_report(args, rep, _gdp_rows(rep), out)

@@ -14,19 +14,19 @@ __all__ = ["add_fdp_claim_parser", "cmd_fdp_claim_curve"]
 
 
 def add_fdp_claim_parser(audit, common) -> None:
-    from audits.cli import _counts, _level, _out
+    from audits.cli import add_count_args, add_level_args, add_out_arg
 
     f = audit.add_parser("fdp-claim-curve", parents=[common],
                          help="one-run f-DP audit against the claimed DP-SGD event's own trade-off curve: ε lower "
                               "bound under the claim-family assumption, beside the assumption-free one-run bound")
-    _counts(f)
+    add_count_args(f)
     f.add_argument("--sampling-rate", type=number, help="q in (0, 1] of the claimed event")
     f.add_argument("--noise-multiplier", type=number, help="σ of the claimed event")
     f.add_argument("--steps", type=integer, help="T >= 1 of the claimed event")
     f.add_argument("--history", help="instead of the three above: phases 'σ:q:steps,σ:q:steps,...' or a JSON "
                                      "file (an Opacus accountant's history [[σ, q, steps], ...])")
-    _level(f)
-    _out(f)
+    add_level_args(f)
+    add_out_arg(f)
     f.set_defaults(func=cmd_fdp_claim_curve)
 
 
@@ -35,24 +35,24 @@ def _claimed_event(args):
     as the flags), and the claimed ε."""
     from privcheck.accounting import epsilon
     from privcheck.accounting.pld_certified import check_noise
-    from privcheck.cli import _dpsgd_event, _epsilon_in_range
+    from privcheck.cli import dpsgd_event, epsilon_in_range
 
-    event = _dpsgd_event(args)
+    event = dpsgd_event(args)
     phases = getattr(event, "phases", (event,))
     culprit = ("history", args.history) if args.history is not None else ("noise_multiplier", args.noise_multiplier)
     for p in phases:
         check_noise(culprit[0], p.noise_multiplier)
     claimed = epsilon(event, args.delta).value
-    _epsilon_in_range(claimed, *culprit)
+    epsilon_in_range(claimed, *culprit)
     return event, claimed
 
 
 def cmd_fdp_claim_curve(args) -> int:
-    from audits.cli import _ceiling_rows, _check_counts, claimed_output, emit_report
+    from audits.cli import ceiling_rows, check_counts, claimed_output, emit_report
     from privcheck import validation as val
 
     with claimed_output(args) as out:
-        _check_counts(args)
+        check_counts(args)
         val.open_unit("delta", args.delta)
         val.open_unit("confidence", args.confidence)
         event, claimed = _claimed_event(args)
@@ -69,4 +69,4 @@ def cmd_fdp_claim_curve(args) -> int:
                 ("confidence", args.confidence), ("delta", args.delta)]
         if r["search_capped"]:
             rows.append(("search_capped", True))
-        return emit_report(args, rep, rows + _ceiling_rows(rep), out)
+        return emit_report(args, rep, rows + ceiling_rows(rep), out)

@@ -42,10 +42,9 @@ from privcheck.numerics.certified import Certified
 from privcheck.numerics.integrate import gaussian_tail_bound, integrate
 
 __all__ = ["DEFAULT_INTERVAL", "DEFAULT_ORDERS", "FLOAT_PLD_DELTA_MIN", "INTERVAL_RANGE", "MECHANISM", "RDP_ORDERS_MAX",
-           "RDP_ORDER_MAX",
-           "check_interval", "clear_caches", "composed_delta_quadrature", "delta_single_float", "epsilon_pld",
-           "epsilon_pld_certified", "epsilon_quadrature", "epsilon_rdp", "epsilon_rdp_history",
-           "epsilon_single_round_certified", "pld_epsilon_value", "pld_history_epsilon_value",
+           "RDP_ORDER_MAX", "check_interval", "clear_caches", "composed_delta_quadrature", "delta_single_float",
+           "epsilon_pld", "epsilon_pld_certified", "epsilon_quadrature", "epsilon_rdp", "epsilon_rdp_history",
+           "epsilon_single_round_certified", "float_pld_history", "pld_epsilon_value", "pld_history_epsilon_value",
            "single_round_delta_ball", "single_round_delta_integral"]
 
 MECHANISM = "poisson_subsampled_gaussian"
@@ -136,16 +135,24 @@ def pld_epsilon_value(q: float, sigma: float, steps: int, delta: float, interval
     return float(_one_round_pld(q, sigma, interval, relation).self_compose(steps).get_epsilon_for_delta(delta))
 
 
-@functools.lru_cache(maxsize=1024)
-def pld_history_epsilon_value(phases: tuple, delta: float, interval: float, relation: str = "add_remove") -> float:
-    """PLD ε of phases ((q, σ, steps), ...) run one after the other: each phase's PLD self-composed, then composed.
-    ValueError where it would hold more than FLOAT_PLD_MAX_BUCKETS buckets."""
+def float_pld_history(phases: tuple, interval: float, relation: str = "add_remove"):
+    """dp-accounting's pessimistic float PLD of phases ((q, σ, steps), ...) run one after the other: each phase's PLD
+    self-composed, then composed (a speed path: no certified figure comes from it). ValueError where it would hold
+    more than FLOAT_PLD_MAX_BUCKETS buckets."""
     _check_float_pld_size(phases, interval)
     total = None
     for q, sigma, steps in phases:
-        pld = _one_round_pld(q, sigma, interval, relation).self_compose(steps)
+        one = _one_round_pld(q, sigma, interval, relation)
+        pld = one.self_compose(steps) if steps > 1 else one
         total = pld if total is None else total.compose(pld)
-    return float(total.get_epsilon_for_delta(delta))
+    return total
+
+
+@functools.lru_cache(maxsize=1024)
+def pld_history_epsilon_value(phases: tuple, delta: float, interval: float, relation: str = "add_remove") -> float:
+    """PLD ε of phases ((q, σ, steps), ...) run one after the other (`float_pld_history`).
+    ValueError where it would hold more than FLOAT_PLD_MAX_BUCKETS buckets."""
+    return float(float_pld_history(phases, interval, relation).get_epsilon_for_delta(delta))
 
 
 @functools.lru_cache(maxsize=64)

@@ -145,18 +145,18 @@ def test_gaussian_report_eps_lower_and_schema():
 def test_search_finds_the_least_rejected_grid_index(threshold, k0):
     seen = []
     pred = lambda k: seen.append(k) or k >= threshold  # noqa: E731
-    assert fc._search(pred, k0, -1000, 1000) == (threshold, threshold - 1)
+    assert fc.grid_search(pred, k0, -1000, 1000) == (threshold, threshold - 1)
     assert len(seen) <= 2 * abs(threshold - k0).bit_length() + 3     # galloping: logarithmic in the distance
 
 
 def test_search_ends_capped_none_and_always_on_a_rejected_point():
-    assert fc._search(lambda k: True, 5, -10, 10) == (-10, None)
-    assert fc._search(lambda k: False, 5, -10, 10) == (None, 10)
+    assert fc.grid_search(lambda k: True, 5, -10, 10) == (-10, None)
+    assert fc.grid_search(lambda k: False, 5, -10, 10) == (None, 10)
     rng = np.random.default_rng(7)
     for _ in range(200):                     # any predicate, monotone or not: k_hi was evaluated and rejected
         table = rng.random(41) < 0.5
         table[-1] = True
-        hi, lo = fc._search(lambda k: bool(table[k + 20]), int(rng.integers(-20, 21)), -20, 20)
+        hi, lo = fc.grid_search(lambda k: bool(table[k + 20]), int(rng.integers(-20, 21)), -20, 20)
         assert table[hi + 20] and (lo is None or (not table[lo + 20] and hi - lo == 1))
 
 
