@@ -48,6 +48,16 @@ def _numpy_item(x):
     return item()
 
 
+def _plain_numbers(x):
+    """`list(x)` when every element is a plain int or a finite plain float (what `jsonable` would return
+    element by element, without a Python call per element: the long U and inclusion lists of the canary
+    logs), else None."""
+    kinds = set(map(type, x))
+    if kinds == {int} or (kinds == {float} and all(map(math.isfinite, x))):
+        return list(x)
+    return None
+
+
 def jsonable(x):
     """A copy of `x` made of dict/list/str/int/float/bool/None only, with non-finite floats as strings.
 
@@ -64,7 +74,8 @@ def jsonable(x):
     if isinstance(x, Mapping):
         return {_key(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
+        plain = _plain_numbers(x)
+        return plain if plain is not None else [jsonable(v) for v in x]
     if isinstance(x, enum.Enum):
         return jsonable(x.value)
     item = _numpy_item(x)

@@ -1,10 +1,11 @@
 """The auditor's private log of a canary audit: JSON lines in a file created with mode 0600.
 
-Each `append_line(path, obj)` opens the file with O_CREAT | O_APPEND | O_NOFOLLOW (a symlink is refused), makes
-sure it is a regular file with mode 0600 (fchmod otherwise) and writes the whole line through one append-mode
-descriptor, so lines written by concurrent writers are not interleaved. Objects go through
-`privcheck.serialization.jsonable`, so non-finite floats are written as the strings "nan", "inf", "-inf"; the keys
-are sorted. `read_log(path)` is the auditor's reader (docs/audits.md describes the audits that read such logs).
+Each `append_line(path, obj)` (or `append_lines(path, objs)`: several lines, one write) opens the file with
+O_CREAT | O_APPEND | O_NOFOLLOW (a symlink is refused), makes sure it is a regular file with mode 0600 (fchmod
+otherwise) and writes the whole line through one append-mode descriptor, so lines written by concurrent writers
+are not interleaved. Objects go through `privcheck.serialization.jsonable`, so non-finite floats are written as the
+strings "nan", "inf", "-inf"; the keys are sorted. `read_log(path)` is the auditor's reader (docs/audits.md
+describes the audits that read such logs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import stat
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import jsonable
 
-__all__ = ["LOG_MODE", "append_line", "check_log_path", "read_log"]
+__all__ = ["LOG_MODE", "append_line", "append_lines", "check_log_path", "read_log"]
 
 LOG_MODE = 0o600
 
@@ -30,8 +31,15 @@ def check_log_path(path) -> str:
 
 def append_line(path, obj: dict) -> None:
     """Append `obj` as one JSON line to the private log at `path` (created 0600; see the module docstring)."""
+    append_lines(path, [obj])
+
+
+def append_lines(path, objs) -> None:
+    """Append each of `objs` as one JSON line, in order, through one descriptor and one write (the same lines as
+    `append_line` of each in turn; a hook logging two lines per step opens the file once)."""
     path = check_log_path(path)
-    line = (json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    line = "".join(json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+                   for obj in objs).encode()
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, LOG_MODE)
     try:

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
-from privcheck.integrations.auditor_log import append_line, check_log_path
+from privcheck.integrations.auditor_log import append_lines, check_log_path
 
 __all__ = ["GradientCanaries", "canary_ids", "private_dimension"]
 
@@ -90,6 +90,12 @@ class GradientCanaries:
             bounds.append((start, start + p.numel()))
             start += p.numel()
         self._where = [next((k, j - a) for k, (a, b) in enumerate(bounds) if a <= j < b) for j in J]
+        # the same map as index tensors, one entry per parameter holding canaries: (k, canary slots, local indices)
+        owner = torch.tensor([k for k, _ in self._where], dtype=torch.int64)
+        local = torch.tensor([j for _, j in self._where], dtype=torch.int64)
+        self._owner, self._local = owner, local
+        self._groups = [(k, torch.nonzero(owner == k).reshape(-1), local[owner == k])
+                        for k in range(len(bounds)) if bool((owner == k).any())]
         self._previous = optimizer.clip_and_accumulate
         optimizer.clip_and_accumulate = self._clip_and_accumulate
         self._handle = optimizer.original_optimizer.register_step_pre_hook(self._log_step)
@@ -97,48 +103,69 @@ class GradientCanaries:
     # ---------------------------------------------------------------------------------------- hooks
 
     def _clip_and_accumulate(self):
+        """Mask J on the real rows and append the included canaries' rows to the per-sample gradients Opacus
+        already holds (one copy per parameter that needs either, index writes, no loop over canaries), then run
+        Opacus's own clip and accumulate on them."""
         import torch
 
         opt = self.optimizer
         params = list(opt.params)
         samples = [g.detach() for g in opt.grad_samples]
-        if self.mask_real:
-            for (k, local) in self._where:
-                if samples[k].shape[0]:
-                    g = samples[k].clone()
-                    g.view(g.shape[0], -1)[:, local] = 0
-                    samples[k] = g
         # Opacus queues a flag per physical batch of a virtual step; the canaries join the last one only.
         queue = getattr(opt, "_step_skip_queue", None) or []
+        which = None
         if not (queue and queue[0]):
             coins = torch.rand(len(self.reserved), generator=self._coins) < self.q
             included = coins & self._present
             self._included = included
-            rows = [torch.zeros((int(included.sum()), *p.shape), dtype=p.dtype, device=p.device) for p in params]
-            for r, i in enumerate(torch.nonzero(included).reshape(-1).tolist()):
-                k, local = self._where[i]
-                rows[k].view(rows[k].shape[0], params[k].numel())[r, local] = self.C
-            samples = [torch.cat([g, extra]) for g, extra in zip(samples, rows)]
+            which = torch.nonzero(included).reshape(-1)        # canary slots included, in slot order
+        r = 0 if which is None else int(which.numel())
+        row_of = None
+        if r:
+            row_of = torch.full((len(self.reserved),), -1, dtype=torch.int64)
+            row_of[which] = torch.arange(r)                    # canary slot -> its appended row
+        touched = {k: (slots, loc) for k, slots, loc in self._groups}
+        for k, p in enumerate(params):
+            g = samples[k]
+            B = g.shape[0]
+            if not r and not (k in touched and self.mask_real and B):
+                continue
+            out = torch.cat([g, torch.zeros((r, *p.shape), dtype=p.dtype, device=p.device)]) if r else g.clone()
+            if k in touched:
+                slots, loc = touched[k]
+                flat = out.view(B + r, -1)
+                if self.mask_real and B:
+                    flat[:B, loc.to(flat.device)] = 0
+                if r:
+                    rows = row_of[slots]
+                    hit = rows >= 0
+                    if bool(hit.any()):
+                        flat[(B + rows[hit]).to(flat.device), loc[hit].to(flat.device)] = self.C
+            samples[k] = out
         for p, g in zip(params, samples):
             p.grad_sample = g
         self._previous()
 
     def _log_step(self, _optimizer, _args, _kwargs):
+        import torch
+
         opt = self.optimizer
         divisor = 1.0 if opt.loss_reduction == "sum" else float(opt.expected_batch_size) * float(
             opt.accumulated_iterations)
         params = list(opt.params)
-        U = [float(params[k].grad.reshape(-1)[local].double()) * divisor for k, local in self._where]
+        U = torch.empty(len(self.reserved), dtype=torch.float64)
+        for k, slots, loc in self._groups:                     # one gather per parameter holding canaries
+            U[slots] = params[k].grad.detach().reshape(-1)[loc.to(params[k].grad.device)].double().cpu()
         self.t += 1
-        append_line(self.log_path, {"kind": "round", "t": self.t, "reserved": list(self.reserved), "U": U,
-                                    "sigma_C": float(opt.noise_multiplier) * float(opt.max_grad_norm),
-                                    "divisor": divisor})
         included = self._included
-        inc = [] if included is None else [int(b) for b in included.tolist()]
-        append_line(self.log_path, {"kind": "diagnostics", "t": self.t, "diagnostics": {
-            "canary_included": inc,
-            "canary_pre_clip_norms": {cid: self.C for cid, b in zip(self.ids, inc) if b},
-            "cross_talk_reserved": None, "real_records_masked_on_reserved": self.mask_real}})
+        inc = [] if included is None else included.to(torch.int64).tolist()
+        append_lines(self.log_path, [
+            {"kind": "round", "t": self.t, "reserved": list(self.reserved), "U": (U * divisor).tolist(),
+             "sigma_C": float(opt.noise_multiplier) * float(opt.max_grad_norm), "divisor": divisor},
+            {"kind": "diagnostics", "t": self.t, "diagnostics": {
+                "canary_included": inc,
+                "canary_pre_clip_norms": {cid: self.C for cid, b in zip(self.ids, inc) if b},
+                "cross_talk_reserved": None, "real_records_masked_on_reserved": self.mask_real}}])
         self._included = None
 
     # ---------------------------------------------------------------------------------------- removal
