@@ -60,3 +60,40 @@ def test_null_scores_type_one_error_slow():
     """10× the fast tier: 600 null trials (300 black-box pairs), ≈ 26,000 audits."""
     rows = nc.run(600, SEED + 2, blackbox_trials=300)
     _assert_valid(rows)
+
+
+# --- scripts/compare_peer_audits.py: only its help and its privcheck side run here (no peers, no network) ---------
+
+def _peer_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "compare_peer_audits.py"
+    spec = importlib.util.spec_from_file_location("compare_peer_audits", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peer_script_help(capsys):
+    with pytest.raises(SystemExit) as done:
+        _peer_script().main(["--help"])
+    assert done.value.code == 0
+    assert "--install" in capsys.readouterr().out
+
+
+def test_peer_script_privcheck_side(tmp_path, capsys):
+    """The privcheck columns on real scores files (written, commitment-verified, audited); peers left out."""
+    import json
+
+    out = tmp_path / "table.json"
+    assert _peer_script().main(["--privcheck-only", "--m", "100", "--trials", "4", "--figure-trials", "1",
+                                "--out", str(tmp_path / "files"), "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert set(doc["rows"]) == {"privcheck one_run, Bonferroni (4 pairs)", "privcheck one_run, Split(0.5)"}
+    assert doc["absent"] == {} and "| privcheck one_run, Split(0.5) |" in table
+    for row in doc["rows"].values():
+        assert row["trials"] == 4 and 0 <= row["null_positive"] <= 4
+        assert row["figures"]["mu=4"] > 1.0                 # μ = 4 on 100 canaries: far from 0
+    assert len(list((tmp_path / "files").glob("null_*.npz"))) == 4
