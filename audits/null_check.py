@@ -26,6 +26,7 @@ from audits import fdp_claim as fc
 from audits import gdp, multirun, one_run, power
 from audits import score_models as sm
 from audits import strategies as st
+from privcheck.accounting import GaussianEvent
 
 __all__ = ["CONFIDENCE", "DELTA", "LEVEL", "Row", "binomial_tail", "check_coverage", "one_run_rules", "planner_rules",
            "run"]
@@ -33,7 +34,7 @@ __all__ = ["CONFIDENCE", "DELTA", "LEVEL", "Row", "binomial_tail", "check_covera
 CONFIDENCE = 0.95
 LEVEL = 0.05
 DELTA = 1e-5
-CLAIM_EVENT = fc.GaussianEvent(1.0)       # the f-DP claim tested: the Gaussian mechanism, σ = sensitivity = 1
+CLAIM_EVENT = GaussianEvent(1.0)       # the f-DP claim tested: the Gaussian mechanism, σ = sensitivity = 1
 _BONFERRONI = ((5, 0), (20, 0), (10, 10), (50, 50))
 
 

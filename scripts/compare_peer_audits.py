@@ -213,7 +213,7 @@ def measure(args, folder: Path) -> dict:
                 rows[name]["null_positive"] += fn(s, b) > 0
     for row in rows.values():
         row["null_positive"] = int(row["null_positive"])
-        row["null_rate"] = row["null_positive"] / row["trials"]
+        row["null_rate"] = row["null_positive"] / row["trials"] if row["trials"] else None
         row["binomial_tail"] = float(binom.sf(row["null_positive"] - 1, row["trials"], 1.0 - CONFIDENCE))
     return {"m": args.m, "trials": args.trials, "figure_trials": args.figure_trials, "seed": args.seed,
             "delta": DELTA, "confidence": CONFIDENCE, "rows": rows, "absent": absent}
@@ -228,8 +228,9 @@ def print_table(result: dict) -> None:
     print("|---" * (len(cols) + 3) + "|")
     for name, row in result["rows"].items():
         figs = " | ".join(f"{row['figures'][c]:.3f}" for c in cols)
-        print(f"| {name} | {figs} | {row['null_positive']}/{row['trials']} ({row['null_rate']:.3f}) "
-              f"| {row['binomial_tail']:.2g} |")
+        null = (f"{row['null_positive']}/{row['trials']} ({row['null_rate']:.3f}) | {row['binomial_tail']:.2g}"
+                if row["trials"] else "not run |")
+        print(f"| {name} | {figs} | {null} |")
     for tool, why in result["absent"].items():
         print(f"| {tool} | " + " | ".join("not measured" for _ in cols) + f" | not measured ({why}) | |")
 

@@ -26,6 +26,24 @@ def _limit(trials: int, rows: int) -> int:
     return count
 
 
+def _documented(column: int) -> dict:
+    """(method, rule) -> "positives/trials" of docs/audits.md's null-scores table (column 2: fast, 3: slow)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "audits.md").read_text(encoding="utf-8")
+    section = text.split("## Soundness on null scores", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`"):
+            table[(cells[0].strip("`"), cells[1])] = cells[column].split(" ")[0]
+    return table
+
+
+def _assert_documented(rows, column: int):
+    assert {(r.method, r.rule): f"{r.positives}/{r.trials}" for r in rows} == _documented(column)
+
+
 def _assert_valid(rows):
     bad = [(r.method, r.rule, r.positives, r.trials, r.tail) for r in rows if r.tail < 1e-7 / len(rows)]
     assert not bad, bad
@@ -44,6 +62,7 @@ def test_null_scores_type_one_error_fast():
     rows = nc.run(60, SEED, blackbox_trials=30)
     assert len(rows) == 3 * len(nc.one_run_rules(200)) + 6 + len(nc.bb.FAMILIES) * len(nc.bb.CRITERIA)
     _assert_valid(rows)
+    _assert_documented(rows, 2)
 
 
 def test_counters_have_power_on_signal_scores():
@@ -60,6 +79,7 @@ def test_null_scores_type_one_error_slow():
     """10× the fast tier: 600 null trials (300 black-box pairs), ≈ 26,000 audits."""
     rows = nc.run(600, SEED + 2, blackbox_trials=300)
     _assert_valid(rows)
+    _assert_documented(rows, 3)
 
 
 # --- scripts/compare_peer_audits.py: only its help and its privcheck side run here (no peers, no network) ---------
