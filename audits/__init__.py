@@ -9,10 +9,10 @@ from counts or scores; re-exports `pvalue`), `strategies` (Explicit / Bonferroni
 `canary` (coins, commitment, sealed reveal, pre-registration), `scores_file` (scores files: load, verify against
 the commitment, audit, write; docs/audit_your_model.md), `gradient_log` (one-run audits from the auditor log of a
 gradient-canary hook, e.g. an Opacus run; docs/integrations/opacus.md), `report` (the frozen AuditReport and its
-artifact), `score_models` and `power` (planning), `blackbox` (selection-mechanism pair audits), `verify` (the
-`audits` suite), `cli` (the `privcheck audit` commands). Submodules are imported on use: importing the package is
-cheap.
+artifact), `score_models` and `power` (planning), `blackbox` (selection-mechanism pair audits), `null_check` (type-I
+error of every audit on null scores), `verify` (the `audits` suite), `cli` (the `privcheck audit` commands).
+Submodules are imported on use: importing the package is cheap.
 """
 
-__all__ = ["blackbox", "canary", "cli", "gdp", "gradient_log", "multirun", "one_run", "power", "pvalue", "report",
-           "score_models", "scores_file", "strategies", "verify"]
+__all__ = ["blackbox", "canary", "cli", "gdp", "gradient_log", "multirun", "null_check", "one_run", "power", "pvalue",
+           "report", "score_models", "scores_file", "strategies", "verify"]
