@@ -97,7 +97,7 @@ def test_a_run_without_noise_is_rejected(tmp_path):
     import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
     import torch
 
-    from privcheck.integrations.opacus import GradientCanaries, private_dimension
+    from privcheck.integrations.opacus import private_dimension
     from tests.integrations.opacus_fixture import tiny_run
 
     torch.set_num_threads(1)
@@ -107,18 +107,7 @@ def test_a_run_without_noise_is_rejected(tmp_path):
                                  noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
                                  delta=1e-5, seed=3, plan_sims=50, search_canaries=False)
 
-    def no_noise():                      # the planted bug: the clipped sum is released as it is
-        for p in opt.params:
-            p.grad = p.summed_grad.view_as(p).clone()
-
-    opt.add_noise = no_noise
-    log = tmp_path / "auditor_log.jsonl"
-    with GradientCanaries(opt, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
-                          records=len(loader.dataset), seed=5):
-        for _ in range(T // len(loader)):
-            for batch in loader:
-                step(batch)
-    report = gradient_log.analyse(log, audit)
+    report = _train_audited(tmp_path, opt, loader, step, audit, T, noise=False)
     assert report.result["rejects_nominal"] is True
     assert report.result["eps_lower"] > report.claim["epsilon"]
 
@@ -130,7 +119,7 @@ def _opacus_small_q_run(tmp_path, *, noise: bool):
     import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
     import torch
 
-    from privcheck.integrations.opacus import GradientCanaries, private_dimension
+    from privcheck.integrations.opacus import private_dimension
     from tests.integrations.opacus_fixture import tiny_run
 
     torch.set_num_threads(1)
@@ -140,8 +129,16 @@ def _opacus_small_q_run(tmp_path, *, noise: bool):
     audit = gradient_log.prepare(dim=private_dimension(opt), canaries=m, sampling_rate=loader.sample_rate,
                                  noise_multiplier=opt.noise_multiplier, steps=T, clip_norm=opt.max_grad_norm,
                                  delta=1e-5, seed=3, plan_sims=20)
+    return audit, _train_audited(tmp_path, opt, loader, step, audit, T, noise=noise)
+
+
+def _train_audited(tmp_path, opt, loader, step, audit, T: int, *, noise: bool):
+    """Train T steps under the audit's gradient canaries (without noise: the planted bug of releasing the clipped
+    sum as it is) and analyse the auditor's log."""
+    from privcheck.integrations.opacus import GradientCanaries
+
     if not noise:
-        def no_noise():                  # the planted bug: the clipped sum is released as it is
+        def no_noise():
             for p in opt.params:
                 p.grad = p.summed_grad.view_as(p).clone()
 
@@ -152,7 +149,7 @@ def _opacus_small_q_run(tmp_path, *, noise: bool):
         for _ in range(T // len(loader)):
             for batch in loader:
                 step(batch)
-    return audit, gradient_log.analyse(log, audit)
+    return gradient_log.analyse(log, audit)
 
 
 def test_a_run_without_noise_is_rejected_at_small_q(tmp_path):
