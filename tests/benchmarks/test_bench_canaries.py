@@ -26,12 +26,7 @@ import torch
 ROUNDS = 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _alternate(benchmark, plain, canaries, rounds):

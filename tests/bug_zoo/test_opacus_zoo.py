@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
 import pytest
-import torch
 
 from privcheck.checks.catalogue import run_suite
 from privcheck.integrations.opacus import bindings_for
 from tests.integrations.opacus_fixture import tiny_run
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _statuses(checks, **run):
