@@ -45,7 +45,7 @@ from typing import Callable
 import numpy as np
 from scipy.stats import beta
 
-from audits import report as rep
+from audits.statistics import report as rep
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
@@ -362,7 +362,7 @@ def pair_audit(sample_D: Sampler, sample_Dprime: Sampler, *, n: int, split_frac:
     `eps_nominal`: the certified ε of the claim (a float), or for ex-post mechanisms a callable
     `(event, direction) -> float` giving the largest certified loss over the outputs in E; it is reported
     as `claim.epsilon` beside `result.eps_lower`, and `rejects_nominal = eps_lower > eps_nominal`.
-    `claim`: optional mapping with neighboring / accountant / mechanism (see `audits.report.claim_block`).
+    `claim`: optional mapping with neighboring / accountant / mechanism (see `audits.statistics.report.claim_block`).
     `seed`: None draws the split, tie-breaks and sampler generators from OS entropy; an integer makes the
     audit reproducible (three independent child streams: D, D′, audit coins).
     """

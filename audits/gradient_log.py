@@ -9,15 +9,15 @@ bits]}}`, the realised inclusions that show the canaries entered the step). The 
 1. `prepare(...)` before training: the public event (q, σ, T) and δ of the claim, m canaries on coordinates fixed
    by a public rule (`reserved_coordinates`, never from S), the membership S drawn by `audits.canary`
    (OS entropy; `seed` only in tests) and committed with a fresh salt, the power plan
-   (`audits.power.plan` with `DPSGDDirac(q, σ, T, "llr")`) fixing (k₊, k₋), and the `Preregistration`. The
+   (`audits.statistics.power.plan` with `DPSGDDirac(q, σ, T, "llr")`) fixing (k₊, k₋), and the `Preregistration`. The
    nominal ε is privcheck's PLD of the event at δ (`privcheck.accounting.epsilon`). The trainer receives only
    `presence()` (the bits it needs to include present canaries).
 2. Training writes the log (mode 0600).
 3. `analyse(log_path, audit)`: a log in which the canaries were never observed is refused first
    (`privcheck.errors.CanariesNotObserved`, `audits.visibility`); then only the `round` lines are scored
    (y_t = U_t[j]/(σC), the per-step LLR), the scores are frozen, S is revealed against them, the commitment
-   verified and `audits.one_run.from_scores` applies the pre-registered rule. The `diagnostics` lines (realised
-   inclusions) are copied into the report beside the test, never into it.
+   verified and `audits.statistics.one_run.from_scores` applies the pre-registered rule. The `diagnostics` lines
+   (realised inclusions) are copied into the report beside the test, never into it.
 
 Scope as in the DP-GRPO gradient audit: Dirac canaries audit sampling, clipping, noise and accounting of the
 step that writes the log, not the model's per-sample gradient computation.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import (
+from audits.dpgrpo.gradient_canary import (
     AuditorView,
     CanaryIds,
     DiracCanary,
@@ -39,12 +39,12 @@ from audits.dpgrpo_canary import (
     reserved_coordinates,
     split_log,
 )
-from audits.one_run import from_scores
-from audits.power import UNDERPOWERED_FRACTION, PowerReport, PowerVerdict, assess, check_fraction
-from audits.power import plan as power_plan
-from audits.report import AuditReport
-from audits.score_models import DPSGDDirac
-from audits.strategies import Explicit
+from audits.statistics.one_run import from_scores
+from audits.statistics.power import UNDERPOWERED_FRACTION, PowerReport, PowerVerdict, assess, check_fraction
+from audits.statistics.power import plan as power_plan
+from audits.statistics.report import AuditReport
+from audits.statistics.score_models import DPSGDDirac
+from audits.statistics.strategies import Explicit
 from audits.visibility import check_canaries_observed, read_auditor_log
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
@@ -82,7 +82,7 @@ class GradientLogDesign(CanaryIds):
     power: PowerReport
     preregistration: cn.Preregistration
     score: StepLLR
-    verdict: PowerVerdict | None = None      # `audits.power.assess` of `power` against the nominal ε
+    verdict: PowerVerdict | None = None      # `audits.statistics.power.assess` of `power` against the nominal ε
 
     @property
     def reserved(self) -> tuple[int, ...]:
@@ -132,9 +132,10 @@ def prepare(*, dim: int, canaries: int, sampling_rate: float, noise_multiplier: 
 
     The design options are the CLI's (`privcheck audit power`, `audit one-run --scores`): `canaries`, `confidence`,
     `plan_sims` (Monte Carlo audits), `seed`, and the guess rule — `k_plus`/`k_minus` fix it (k₋ defaults to 0),
-    else the plan chooses it. The returned audit's `plan` is `audits.power.assess` of the power plan at `fraction`
-    of the nominal ε (`warning`: the "UNDERPOWERED: ..." line); with `search_canaries` an underpowered plan
-    searches the canary count that would reach it (`audits.power.canaries_to_reach`, a few plans of 1–3 s each)."""
+    else the plan chooses it. The returned audit's `plan` is `audits.statistics.power.assess` of the power plan at
+    `fraction` of the nominal ε (`warning`: the "UNDERPOWERED: ..." line); with `search_canaries` an underpowered plan
+    searches the canary count that would reach it (`audits.statistics.power.canaries_to_reach`, a few plans of 1–3 s
+    each)."""
     from privcheck.accounting import PoissonGaussianEvent
 
     m = val.count("canaries", canaries)

@@ -1,5 +1,5 @@
 """Multi-run audits that run their own trainings: N₁ runs with the canary, N₀ without, thresholded scores, the
-Clopper–Pearson bound of `audits.multirun` (docs/audits.md, "Multi-run audits that train").
+Clopper–Pearson bound of `audits.statistics.clopper_pearson` (docs/audits.md, "Multi-run audits that train").
 
 `run_multirun_audit(train_and_score, runs_in=N₁, runs_out=N₀, threshold=t, delta=δ, ...)` calls
 `train_and_score(seed, include_canary) -> score` once per run, each call an independent task of
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from audits.backends import DEFAULT_MAX_RETRIES, TaskFailure, check_backend, run_tasks
-from audits.multirun import MAX_RUNS, clopper_pearson
-from audits.report import AuditReport
+from audits.statistics.clopper_pearson import MAX_RUNS, clopper_pearson
+from audits.statistics.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
@@ -75,9 +75,10 @@ class GaussianRuns:
         return float(y.sum() / (self.sigma * math.sqrt(self.steps)))
 
     def nominal_epsilon(self, delta: float) -> float:
-        """The μ-GDP ε at δ (`audits.power.nominal_epsilon` of `gdp(μ)`: the certified Gaussian-mechanism ε)."""
-        from audits.power import nominal_epsilon
-        from audits.score_models import GDP
+        """The μ-GDP ε at δ (`audits.statistics.power.nominal_epsilon` of `gdp(μ)`: the certified Gaussian-mechanism
+        ε)."""
+        from audits.statistics.power import nominal_epsilon
+        from audits.statistics.score_models import GDP
 
         try:
             return nominal_epsilon(GDP(self.mu), delta)[0]

@@ -8,7 +8,7 @@ data, the claim itself included). `run(trials, seed)` counts the positives of ev
 planner choice that applies, on shared seeded draws; `binomial_tail` is the exact test of a count against α.
 
 What is enumerated from the code (a new entry fails `check_coverage` until it has a constructor here):
-* threshold strategies: `audits.strategies.STRATEGIES` (one-run) and the same names for multi-run thresholds;
+* threshold strategies: `audits.statistics.strategies.STRATEGIES` (one-run) and the same names for multi-run thresholds;
 * planner choices: every `ScoreModel` subclass × `noiseless_guard` in (True, False), each through `power.plan`;
 * black-box event families: `audits.blackbox.FAMILIES` × `audits.blackbox.CRITERIA`.
 """
@@ -22,10 +22,11 @@ import numpy as np
 from scipy.stats import binom
 
 from audits import blackbox as bb
-from audits import fdp_claim as fc
-from audits import gdp, multirun, one_run, power
-from audits import score_models as sm
-from audits import strategies as st
+from audits.statistics import clopper_pearson as multirun
+from audits.statistics import fdp_claim as fc
+from audits.statistics import gdp, one_run, power
+from audits.statistics import score_models as sm
+from audits.statistics import strategies as st
 from privcheck.accounting import GaussianEvent
 
 __all__ = ["CONFIDENCE", "DELTA", "LEVEL", "Row", "binomial_tail", "check_coverage", "one_run_rules", "planner_rules",

@@ -18,8 +18,8 @@ commitment to the membership made before training and the salt it was made with
 Guarantees: `load_scores` checks every field (InvalidParameter naming `scores.<field>` and its allowed values)
 and recomputes the commitment from the ids, the bits and the salt before anything else reads the bits; a mismatch
 is refused. `audit_scores_file` validates its own parameters first, then loads, then runs
-`audits.one_run.from_scores` (the one implementation of the statistics) with the pre-registered explicit guess
-rule (k₊, k₋). `write_scores_file` writes such a file atomically (`privcheck.artifacts.write_atomic`, mode 0600).
+`audits.statistics.one_run.from_scores` (the one implementation of the statistics) with the pre-registered explicit
+guess rule (k₊, k₋). `write_scores_file` writes such a file atomically (`privcheck.artifacts.write_atomic`, mode 0600).
 
 What the commitment does and does not prove: it binds the membership bits (fixed before training, never chosen
 after seeing scores). It cannot show that the scores were computed without the bits; that is the user's part of
@@ -82,7 +82,7 @@ class ScoresFile:
 
     @property
     def signs(self) -> np.ndarray:
-        """The membership as ±1 (the encoding of `audits.one_run`)."""
+        """The membership as ±1 (the encoding of `audits.statistics.one_run`)."""
         return cn.as_signs(self.member)
 
 
@@ -233,7 +233,7 @@ def _scalar_text(arrays, key: str):
 
 
 def _read_npz(path: Path, fh) -> dict:
-    from audits.pvalue import MAX_CANARIES
+    from audits.statistics.pvalue import MAX_CANARIES
 
     npz_members(fh, "scores", MAX_CANARIES)         # shapes and dtypes from the headers, before any array is read
     fh.seek(0)
@@ -320,14 +320,15 @@ def load_scores(path) -> ScoresFile:
 def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: int | None = None,
                       k_minus: int | None = None, eps_nominal: float | None = None, tie_break_seed: int | None = None,
                       power=None, claim=None):
-    """The one-run audit (`audits.one_run.from_scores`, explicit guess rule) of a scores file; an AuditReport.
+    """The one-run audit (`audits.statistics.one_run.from_scores`, explicit guess rule) of a scores file; an
+    AuditReport.
 
     k₊ (top-ranked guessed "included") and k₋ (bottom-ranked guessed "left out", default 0) must be fixed before
     the reveal; with a preregistration in the file they default to its values (and every value the audit uses
     must agree with it: δ, confidence, m, k₊, k₋, tie-break seed). `eps_nominal`: the claimed ε to test.
     """
-    from audits.one_run import from_scores
-    from audits.pvalue import MAX_CANARIES
+    from audits.statistics.one_run import from_scores
+    from audits.statistics.pvalue import MAX_CANARIES
 
     delta = val.half_open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)

@@ -28,8 +28,10 @@ import numpy as np
 from scipy.special import betaincinv, expit, logit
 from scipy.stats import binom
 
-from audits import canary, gdp, multirun, one_run, strategies
-from audits.report import audit_document
+from audits import canary
+from audits.statistics import clopper_pearson as multirun
+from audits.statistics import gdp, one_run, strategies
+from audits.statistics.report import audit_document
 from privcheck.artifacts.records import SuiteResult
 from privcheck.checks import Recorder, all_of, at_most, greater, judged, within
 

@@ -7,8 +7,8 @@ cause. They read only the log's shape and the trainer's own reports: which round
 inclusion bits of the diagnostics lines, the pre-clip norms the trainer reported for the canaries it included, and
 whether any U_t[J] is nonzero. None reads S, so the verdict does not depend on the membership.
 
-Used by the DP-GRPO gradient and input-space audits (`audits.dpgrpo_canary`, `audits.dpgrpo_input_report`) and by
-the DP-SGD gradient-log audit of the Opacus hook (`audits.gradient_log`).
+Used by the DP-GRPO gradient and input-space audits (`audits.dpgrpo.gradient_canary`, `audits.dpgrpo.input_report`) and
+by the DP-SGD gradient-log audit of the Opacus hook (`audits.gradient_log`).
 """
 
 from __future__ import annotations

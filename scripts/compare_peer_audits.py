@@ -12,7 +12,7 @@ settings, m canaries each (default 200) with i.i.d. Bern(½) coins and scores N(
 (no membership signal, true ε = 0) and signal settings μ = 1, 2, 4. Every tool reads the same file (`load_scores`,
 which verifies the commitment) and reports its ε lower bound at 95% confidence, δ = 1e-5:
 
-* privcheck: `audits.one_run.from_scores` with Bonferroni (4 declared pairs) and Split(0.5);
+* privcheck: `audits.statistics.one_run.from_scores` with Bonferroni (4 declared pairs) and Split(0.5);
 * jax_privacy: `CanaryScoreAuditor(in, out).epsilon_one_run(significance, delta, threshold_strategy=...)` with its
   Bonferroni() and Split() strategies, and `epsilon_one_run_fdp` (Gaussian f-DP, Bonferroni);
 * ML Privacy Meter: `compute_abstain_attack_results(scores, membership, delta, p_value)` of its `audit.py` (the
@@ -100,8 +100,8 @@ def read_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
 # The auditors: each maps (scores, member) to ε_lower.
 
 def privcheck_auditors(m: int) -> dict:
-    from audits import one_run
-    from audits import strategies as st
+    from audits.statistics import one_run
+    from audits.statistics import strategies as st
     family = st.Bonferroni([(k, 0) for k in (m // 100, m // 20, m // 10)] + [(m // 4, m // 4)])
 
     def run(strategy):

@@ -136,7 +136,7 @@ def test_core_command_help_is_the_same_without_plugins(capsys):
 def test_plugin_commands_are_built_without_their_heavy_modules(capsys, monkeypatch):
     """The whole parser (every plugin) is built while transformers, matplotlib and the DP-GRPO audit cannot be
     imported: they load only when a command that needs them runs."""
-    for name in ("transformers", "matplotlib", "audits.dpgrpo_canary", "audits.dpgrpo_input_canary"):
+    for name in ("transformers", "matplotlib", "audits.dpgrpo.gradient_canary", "audits.dpgrpo.input_canary"):
         monkeypatch.setitem(sys.modules, name, None)            # `import name` now raises ImportError
     with pytest.raises(SystemExit) as exc:
         main(["audit", "--help"])

@@ -339,7 +339,7 @@ SPECS = [
         "--history": Flag((), ("1.0:0.5:2", "x", "{file}", "{missing}.json", "{dir}.json", "/proc/self/x.json"),
                           blame=("sampling_rate",)),
         "--delta": open_unit(("1e-5",)), "--confidence": PROB, "--out": out(), "--json": SWITCH_FLAG},
-        required=tuple(ONE_RUN_BASE), writes=True, work=("audits.fdp_claim:fdp_claim_curve",),
+        required=tuple(ONE_RUN_BASE), writes=True, work=("audits.statistics.fdp_claim:fdp_claim_curve",),
         files=tuple(FileFlag("--history", inp, drop=("--sampling-rate", "--noise-multiplier", "--steps"))
                     for inp in (HISTORY, OPACUS_HISTORY))),
     Spec(("audit", "power"), {"--canaries": "100", "--delta": "1e-5", "--score-model": "perfect"}, {
@@ -355,7 +355,7 @@ SPECS = [
         "--ray-address": Flag((), ("auto", "host:1"), name="ray_address"),
         "--max-retries": count(0, 100, ("0", "100")), "--json": SWITCH_FLAG},
         required=("--canaries", "--delta", "--score-model"),
-        work=("audits.power:plan", "audits.power:nominal_epsilon")),
+        work=("audits.statistics.power:plan", "audits.statistics.power:nominal_epsilon")),
     Spec(("audit", "multi-run"), {"--runs-in": "10", "--runs-out": "10", "--sigma": "1", "--delta": "1e-5"}, {
         "--runs-in": count(1, 10**6, ("1", "1000000")), "--runs-out": count(1, 10**6, ("10",)),
         "--target": Flag(("gaussian",), ("", "bogus", ":f", "nosuchmodule_zz:f", "math:pi", "math:nosuch"),
@@ -366,7 +366,7 @@ SPECS = [
         "--backend": choice(("serial",)), "--ray-address": Flag((), ("auto",), name="ray_address"),
         "--max-retries": count(0, 100, ("3",)), "--out": out(), "--json": SWITCH_FLAG},
         required=("--runs-in", "--runs-out", "--delta"),
-        work=("audits.multirun_driver:run_seeds", "audits.power:nominal_epsilon"), writes=True),
+        work=("audits.multirun_driver:run_seeds", "audits.statistics.power:nominal_epsilon"), writes=True),
     Spec(("audit", "selection"), {"--mechanism": "privbon", "--samples": "100", "--out": "{out}"}, {
         **SELECTION_FLAGS,
         "--pair": Flag(("worst", "example"), ("phase1", "bogus")),
@@ -393,7 +393,8 @@ SPECS = [
         "--rounds": count(1, 10**5, ("1", "30"), more=("5000",)),
         "--q": real(("0.5", "1"), more=("0", "1.5")), "--confidence": PROB, "--json": SWITCH_FLAG},
         required=("--canaries", "--out"),
-        work=("audits.dpgrpo_canary:_run", "audits.dpgrpo_input_canary:_run"), writes=True, files=AUDIT_MODEL_FILES,
+        work=("audits.dpgrpo.gradient_canary:_run", "audits.dpgrpo.input_canary:_run"), writes=True,
+        files=AUDIT_MODEL_FILES,
         out_taken=("private/auditor_log.jsonl",)),
 ]
 

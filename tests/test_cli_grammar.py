@@ -216,7 +216,7 @@ def test_every_leaf_help_imports_nothing_heavy():
 
 def test_dpgrpo_help_lists_the_registered_presets():
     from audits.cli.dpgrpo import PRESET_NAMES
-    from audits.dpgrpo_canary import AUDIT_PRESETS
+    from audits.dpgrpo.gradient_canary import AUDIT_PRESETS
     assert tuple(sorted(AUDIT_PRESETS)) == PRESET_NAMES
 
 

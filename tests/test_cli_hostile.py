@@ -35,10 +35,10 @@ WRITERS = {
     "audit clopper-pearson": (["audit", "clopper-pearson", *RUNS], None),
     "audit gdp": (["audit", "gdp", *RUNS], None),
     "audit fdp-one-run": (["audit", "fdp-one-run", *ONE_RUN[2:]], None),
-    "audit multi-run": (MULTI_RUN, ("audits.multirun_driver:run_seeds", "audits.power:nominal_epsilon")),
+    "audit multi-run": (MULTI_RUN, ("audits.multirun_driver:run_seeds", "audits.statistics.power:nominal_epsilon")),
     "audit selection": (SELECTION, ("audits.cli.selection:build_pair",)),
     "audit dp-grpo": (["audit", "dp-grpo", "--canaries", "10"],
-                      ("audits.dpgrpo_canary:_run", "audits.dpgrpo_input_canary:_run")),
+                      ("audits.dpgrpo.gradient_canary:_run", "audits.dpgrpo.input_canary:_run")),
 }
 
 
@@ -113,7 +113,8 @@ def test_verify_bad_output_directory_is_refused_before_any_work(tmp_path, bad):
 ])
 def test_huge_integers_are_refused_with_their_range(tmp_path, argv, name, allowed):
     command = " ".join(argv[:2])
-    work = WRITERS[command][1] if command in WRITERS else ("audits.power:plan", "audits.power:nominal_epsilon")
+    work = (WRITERS[command][1] if command in WRITERS
+            else ("audits.statistics.power:plan", "audits.statistics.power:nominal_epsilon"))
     writes = command in WRITERS and "--out" not in argv
     line = hostile(tmp_path, [*argv, *(["--out", "{out}"] if writes else [])], work)
     assert line.startswith(f"privcheck: error: invalid {name}=") and "allowed range is" in line and allowed in line
@@ -184,7 +185,7 @@ def test_huge_accounting_inputs_are_refused(tmp_path, argv):
 def test_unexpected_error_is_one_line_exit_3(tmp_path, monkeypatch, capsys):
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
-    monkeypatch.setattr("audits.one_run.search_eps_lower", boom)
+    monkeypatch.setattr("audits.statistics.one_run.search_eps_lower", boom)
     assert main(ONE_RUN) == EXIT_INTERNAL == 3
     err = capsys.readouterr().err
     assert err == "privcheck: internal error: RuntimeError: boom (rerun with --debug for the traceback)\n"

@@ -520,9 +520,9 @@ def test_slow_power_plan_figures(tmp_path, monkeypatch):
     Monte Carlo columns of "The DP-GRPO planning figure" (200 simulated audits each, seed 2024), the "Planned bound
     against m" table (`plot_bound_vs_canaries`, 50 audits per point, seeds 0–5) and the seeded tiny-cpu run's
     plan in "Measured figures". The planned figures are also asserted independently in tests/audits/test_power.py."""
-    from audits.dpgrpo_canary import audit_plan
-    from audits.power import plan, plot_bound_vs_canaries
-    from audits.score_models import DPSGDDirac
+    from audits.dpgrpo.gradient_canary import audit_plan
+    from audits.statistics.power import plan, plot_bound_vs_canaries
+    from audits.statistics.score_models import DPSGDDirac
 
     monkeypatch.chdir(tmp_path)
     page = "docs/audits.md"
@@ -599,7 +599,7 @@ def test_slow_dpgrpo_audit_figures(tmp_path):
     configuration, ≈ 15 s)."""
     import torch
 
-    from audits import dpgrpo_canary as dc
+    from audits.dpgrpo import gradient_canary as dc
     from tests.audits.test_dpgrpo_canary import N_REAL, SEED, M, Q, T, light_preset
 
     page = "docs/audits.md"
@@ -683,7 +683,7 @@ def test_slow_input_canary_figures():
     calls it, ≈ 30 s each) and the training diagnostic quoted above it."""
     import torch
 
-    from audits.dpgrpo_input_canary import run_input_canary_audit
+    from audits.dpgrpo.input_canary import run_input_canary_audit
 
     rows = table_after("docs/audits.md", "| seed | ceiling | planned (pilot) | guesses k* | correct | ε_lower |")
     assert [r[0] for r in rows] == ["1", "2", "3"]

@@ -412,7 +412,7 @@ def test_run_dpgrpo_sweep(tmp_path, delay, signum):
 # `lightly_pretrained`), registered in the process before `privcheck.cli.main()` runs.
 AUDIT_PRESET = """
 import dataclasses
-from audits import dpgrpo_canary as dc
+from audits.dpgrpo import gradient_canary as dc
 from mechanisms.dpgrpo import presets
 presets.PRESETS["tiny-cpu-4"] = dataclasses.replace(presets.TINY_CPU, name="tiny-cpu-4", pretrain_steps=2, n=4, m=1)
 dc.AUDIT_PRESETS["tiny-cpu-4"] = lambda: dc.audit_preset("tiny-cpu-4")
@@ -423,7 +423,7 @@ AUDIT_ARGV = ["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", "16", 
 
 def _audit_complete(out: Path) -> None:
     """All of the audit's files, its artifact checking out; a rerun into `out` is refused (docs/artifacts.md)."""
-    from audits.dpgrpo_canary import check_fresh_out
+    from audits.dpgrpo.gradient_canary import check_fresh_out
     from privcheck.errors import InvalidParameter
 
     assert check_artifact(load_artifact(out / "audit.json")) == []
@@ -439,7 +439,7 @@ def _audit(tmp_path, delay, signum, patch=""):
                       signum)
     outcome = _check_outcome(done, out, _audit_complete)
     if outcome == "interrupted":
-        from audits.dpgrpo_canary import check_fresh_out
+        from audits.dpgrpo.gradient_canary import check_fresh_out
         check_fresh_out(out)                                   # nothing left: a rerun is accepted
     return outcome
 

@@ -113,7 +113,7 @@ def claimed_output(args):
 def emit_report(args, rep, rows, out=None) -> int:
     """Print the report (+ headline keys); with an output directory `out` (the claimed --out), write the sealed
     artifact first and print it."""
-    from audits.report import audit_document, write_audit
+    from audits.statistics.report import audit_document, write_audit
 
     if out is not None:
         doc = audit_document(rep)
@@ -164,7 +164,7 @@ def ceiling_rows(rep) -> list:
 
 def check_counts(args) -> None:
     """--canaries, --guesses, --correct, named as the flags (the library names them m, r, v)."""
-    from audits.pvalue import MAX_CANARIES
+    from audits.statistics.pvalue import MAX_CANARIES
     from privcheck import validation as val
 
     val.ordered_counts(args.canaries, args.guesses, args.correct, m_name="canaries", r_name="guesses",
@@ -174,7 +174,7 @@ def check_counts(args) -> None:
 def _check_runs(args, hypotheses: str) -> None:
     """--runs-in, --runs-out, --false-negatives, --false-positives and --thresholds / --hypotheses (K), named as the
     flags (the library names them n_in, n_out, fn, fp, n_thresholds / n_hypotheses)."""
-    from audits.multirun import MAX_HYPOTHESES, MAX_RUNS
+    from audits.statistics.clopper_pearson import MAX_HYPOTHESES, MAX_RUNS
     from privcheck import validation as val
 
     runs_in = val.count("runs_in", args.runs_in, 1, MAX_RUNS)
@@ -209,7 +209,7 @@ def cmd_one_run(args) -> int:
 
 
 def _one_run(args, out) -> int:
-    from audits.one_run import from_counts
+    from audits.statistics.one_run import from_counts
 
     _one_run_inputs(args)
     if args.scores is not None:
@@ -257,7 +257,7 @@ def cmd_clopper_pearson(args) -> int:
 
 
 def _clopper_pearson(args, out) -> int:
-    from audits.multirun import clopper_pearson
+    from audits.statistics.clopper_pearson import clopper_pearson
 
     _check_runs(args, "thresholds")
     rep = clopper_pearson(args.false_positives, args.runs_out, args.false_negatives, args.runs_in, delta=args.delta,
@@ -279,7 +279,7 @@ def _gdp_rows(rep) -> list:
 
 
 def cmd_gdp(args) -> int:
-    from audits.gdp import from_rates
+    from audits.statistics.gdp import from_rates
 
     with claimed_output(args) as out:
         _check_runs(args, "hypotheses")
@@ -290,7 +290,7 @@ def cmd_gdp(args) -> int:
 
 
 def cmd_fdp_one_run(args) -> int:
-    from audits.gdp import fdp_one_run
+    from audits.statistics.gdp import fdp_one_run
 
     with claimed_output(args) as out:
         check_counts(args)

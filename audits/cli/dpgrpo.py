@@ -6,19 +6,19 @@
 
 `--model DIR` audits the user's own causal LM (a local transformers directory, `local_files_only`; the tokenizer
 from `--tokenizer DIR`, default the same directory) on the preset's task and mechanism constants, without the
-preset's public pretraining (`audits.dpgrpo_canary.local_audit_preset`; docs/audit_your_model.md).
+preset's public pretraining (`audits.dpgrpo.gradient_canary.local_audit_preset`; docs/audit_your_model.md).
 
 `--canary-type gradient_dirac` (default): added gradient-space Dirac canaries with white-box per-step LLR scores
-(audits.dpgrpo_canary). `input_binary`: added input-space binary canaries scored by the log-odds of their secret
-label against the public base, planned from a public pilot (audits.dpgrpo_input_canary; the pilot's log is
+(audits.dpgrpo.gradient_canary). `input_binary`: added input-space binary canaries scored by the log-odds of their
+secret label against the public base, planned from a public pilot (audits.dpgrpo.input_canary; the pilot's log is
 `private/pilot_log.jsonl`).
 
 Writes, under DIR: `audit.json` (the sealed audit artifact, schema-validated, atomic), `private/auditor_log.jsonl`
 and `private/reveal.json` (the auditor's private log and the revealed coins with the salt; mode 0600 in a 0700
 directory), `scores.png` (in/out score distributions after the reveal, with the pre-registered guess thresholds) and
 `bound_vs_m.png` (the power plan's ceiling, planned bound and Monte Carlo band against the number of canaries, from
-`audits.power.plot_bound_vs_canaries`; matplotlib's Agg backend). The plots are staged with the audit's other files
-(`before_commit` of the audit functions) and every file reaches DIR in one commit
+`audits.statistics.power.plot_bound_vs_canaries`; matplotlib's Agg backend). The plots are staged with the audit's other
+files (`before_commit` of the audit functions) and every file reaches DIR in one commit
 (`privcheck.artifacts.ArtifactDirectory`): all of them or none. That commit is the command's last act, so an
 interrupted audit leaves nothing and can be rerun (docs/artifacts.md, "Interrupted audits"). With --json it prints
 one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and `planned_eps_lower`
@@ -39,17 +39,17 @@ __all__ = ["BOUND_PLOT_FACTORS", "BOUND_PLOT_SIMS", "CANARY_TYPES", "PRESET_NAME
            "cmd_audit_dpgrpo", "plot_grid", "preset_from_args", "scores_png", "stage_plots", "write_plots"]
 
 CANARY_TYPES = ("gradient_dirac", "input_binary")
-# the names of audits.dpgrpo_canary.AUDIT_PRESETS, listed here so that `--help` imports neither that module nor torch
-# (tests/test_cli_grammar.py checks that the two agree)
+# the names of audits.dpgrpo.gradient_canary.AUDIT_PRESETS, listed here so that `--help` imports neither that module nor
+# torch (tests/test_cli_grammar.py checks that the two agree)
 PRESET_NAMES = ("tiny-cpu",)
 BOUND_PLOT_SIMS = 20                       # Monte Carlo audits per point of bound_vs_m.png
 BOUND_PLOT_FACTORS = (0.1, 0.3, 1.0, 3.0, 10.0)
 
 
 def _preset_names() -> tuple:
-    """The registered presets: `AUDIT_PRESETS` when audits.dpgrpo_canary is loaded (a preset registered by a plug-in
-    is listed), else `PRESET_NAMES` (building `--help` imports neither that module nor torch)."""
-    module = sys.modules.get("audits.dpgrpo_canary")
+    """The registered presets: `AUDIT_PRESETS` when audits.dpgrpo.gradient_canary is loaded (a preset registered by a
+    plug-in is listed), else `PRESET_NAMES` (building `--help` imports neither that module nor torch)."""
+    module = sys.modules.get("audits.dpgrpo.gradient_canary")
     return tuple(sorted(module.AUDIT_PRESETS)) if module is not None else PRESET_NAMES
 
 
@@ -85,10 +85,10 @@ def add_dpgrpo_parser(audit_subparsers, common) -> None:
 def _audit_function(canary_type):
     """The audit entry point of a canary type (InvalidParameter for an unknown one, before any work)."""
     if canary_type == "gradient_dirac":
-        from audits.dpgrpo_canary import run_gradient_canary_audit
+        from audits.dpgrpo.gradient_canary import run_gradient_canary_audit
         return run_gradient_canary_audit
     if canary_type == "input_binary":
-        from audits.dpgrpo_input_canary import run_input_canary_audit
+        from audits.dpgrpo.input_canary import run_input_canary_audit
         return run_input_canary_audit
     from privcheck.errors import InvalidParameter
     raise InvalidParameter("canary_type", canary_type, " or ".join(CANARY_TYPES))
@@ -104,7 +104,7 @@ def preset_from_args(args):
             if getattr(args, name, None) is not None:
                 raise InvalidParameter(name, getattr(args, name), "only with --model PATH")
         return args.preset
-    from audits.dpgrpo_canary import local_audit_preset
+    from audits.dpgrpo.gradient_canary import local_audit_preset
     return local_audit_preset(model, args.tokenizer, base=args.preset, lora_targets=args.lora_targets)
 
 
@@ -115,8 +115,8 @@ def plot_grid(m: int) -> list[int]:
 
 def _check_plot_cost(m: int, rounds: int) -> None:
     """bound_vs_m.png plans BOUND_PLOT_SIMS audits per grid point with the white-box score, T normals per score:
-    checked with the audit's other inputs, before any work (`audits.power.max_draws_per_score`)."""
-    from audits.power import max_draws_per_score
+    checked with the audit's other inputs, before any work (`audits.statistics.power.max_draws_per_score`)."""
+    from audits.statistics.power import max_draws_per_score
     from privcheck.errors import InvalidParameter
 
     most = min(max_draws_per_score(size, BOUND_PLOT_SIMS) for size in plot_grid(m))
@@ -135,7 +135,7 @@ def cmd_audit_dpgrpo(args) -> int:
 
 def _audit_dpgrpo(args, out) -> int:
     from audits.cli import emit_with_plan
-    from audits.dpgrpo_canary import check_counts, resolve_preset
+    from audits.dpgrpo.gradient_canary import check_counts, resolve_preset
 
     start = time.perf_counter()
     canary_type = getattr(args, "canary_type", CANARY_TYPES[0])
@@ -225,7 +225,7 @@ def write_plots(res, out_dir) -> list:
 
 def stage_plots(res, staging) -> list:
     """Stage scores.png and bound_vs_m.png in `staging` (an `ArtifactDirectory`); returns their final paths."""
-    from audits.power import plot_bound_vs_canaries
+    from audits.statistics.power import plot_bound_vs_canaries
 
     rep, design = res.report, res.design
     plan, r = design.plan, rep.result

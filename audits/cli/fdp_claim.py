@@ -1,5 +1,5 @@
 """`privcheck audit fdp-claim-curve`: the one-run f-DP audit against the claimed mechanism's own trade-off curve
-(`audits.fdp_claim.fdp_claim_curve`; docs/audits.md, "f-DP against the claim's own curve").
+(`audits.statistics.fdp_claim.fdp_claim_curve`; docs/audits.md, "f-DP against the claim's own curve").
 
 The claim is a DP-SGD / DP-GRPO event: `--sampling-rate Q --noise-multiplier S --steps T`, or `--history`
 (the phases of `privcheck account dp-sgd --history`). Every input is checked before any work (exit 2, one line
@@ -56,7 +56,7 @@ def cmd_fdp_claim_curve(args) -> int:
         val.open_unit("delta", args.delta)
         val.open_unit("confidence", args.confidence)
         event, claimed = _claimed_event(args)
-        from audits.fdp_claim import fdp_claim_curve
+        from audits.statistics.fdp_claim import fdp_claim_curve
 
         rep = fdp_claim_curve(args.canaries, args.guesses, args.correct, event=event, delta=args.delta,
                               confidence=args.confidence)

@@ -106,8 +106,8 @@ def cmd_audit_multi_run(args) -> int:
 
 def _multi_run(args, out) -> int:
     from audits.cli import emit_report
-    from audits.multirun import MAX_RUNS
     from audits.multirun_driver import run_multirun_audit
+    from audits.statistics.clopper_pearson import MAX_RUNS
     from privcheck import validation as val
 
     val.count("runs_in", args.runs_in, 1, MAX_RUNS), val.count("runs_out", args.runs_out, 1, MAX_RUNS)

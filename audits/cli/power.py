@@ -4,8 +4,8 @@
         dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU] [--epsilon-nominal E] [--sims N] [--seed S] [--no-noiseless-guard]
         [--backend serial|ray] [--ray-address ADDR] [--max-retries R] [--json]
 
-With --json it prints one JSON object: the power report (`audits.power.PowerReport.to_json`, whose top level holds
-the headline keys eps_ceiling, planned_eps_lower, guesses (k*) and min_correct_for_nominal), the audit report's
+With --json it prints one JSON object: the power report (`audits.statistics.power.PowerReport.to_json`, whose top level
+holds the headline keys eps_ceiling, planned_eps_lower, guesses (k*) and min_correct_for_nominal), the audit report's
 `power` block under `power`, and `eps_nominal_source`. Without --epsilon-nominal, a `dpsgd_dirac` plan compares
 with the PLD accountant's ε for (q, σ, T, δ) and a `gdp` plan with the μ-GDP ε; the source is printed. Bad input
 raises InvalidParameter (exit 2 through `privcheck.cli.main`) before any simulation. `--backend ray` runs the
@@ -44,8 +44,8 @@ def add_power_parser(audit_subparsers, common) -> None:
 
 def cmd_audit_power(args) -> int:
     from audits.cli import emit_with_plan
-    from audits.power import assess, nominal_epsilon, plan, validate_plan_inputs
-    from audits.pvalue import MAX_CANARIES
+    from audits.statistics.power import assess, nominal_epsilon, plan, validate_plan_inputs
+    from audits.statistics.pvalue import MAX_CANARIES
     from privcheck import validation as val
 
     val.count("canaries", args.canaries, 1, MAX_CANARIES)   # named as the flag; the rest is named as in `plan`

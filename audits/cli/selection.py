@@ -11,7 +11,7 @@ exponential-mechanism pair, ln-ratio 0.5000); PrivITP `worst` (Phase 2 given a f
 --sigma is σ_Z, and `--lambda-tilde auto` picks λ̃ from the exact law so that the event is auditable at
 --samples) and `phase1` (the λ̃ release; --sigma is σ_X, --delta the Phase-1 δ).
 
-Writes the sealed artifact DIR/audit.json (audits.report.write_audit: schema-validated, atomic) and prints a
+Writes the sealed artifact DIR/audit.json (audits.statistics.report.write_audit: schema-validated, atomic) and prints a
 table, or with --json one JSON object: the audit report with `eps_lower`, `epsilon_certified` (the claim
 compared with: the certified ε, or for PrivITP the largest certified ex-post loss over the tested event),
 `exact_log_ratio` (exact law of the reference mechanism, for the tested event) and `artifact` at the top
@@ -184,7 +184,7 @@ def cmd_audit_selection(args) -> int:
 
 def _audit_selection(args, out) -> int:
     from audits.blackbox import Event
-    from audits.report import audit_document, write_audit
+    from audits.statistics.report import audit_document, write_audit
     from privcheck.cli import emit
 
     _validate(args)

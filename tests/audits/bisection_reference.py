@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from audits import pvalue
-from audits.pvalue import BISECTION_WIDTH
+from audits.statistics import pvalue
+from audits.statistics.pvalue import BISECTION_WIDTH
 
 __all__ = ["plain_search"]
 

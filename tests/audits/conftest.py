@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def fresh_ceiling_cache():
     """Tests that monkeypatch the p-value internals must not leave a poisoned cached ceiling for later tests."""
-    from audits import pvalue
+    from audits.statistics import pvalue
 
     pvalue.ceiling.cache_clear()
     yield
@@ -22,7 +22,7 @@ def lightly_pretrained(monkeypatch):
     which the pretrained weights do not matter (refusals before training, the command line)."""
     import dataclasses
 
-    from audits import dpgrpo_canary as dc
+    from audits.dpgrpo import gradient_canary as dc
     from mechanisms.dpgrpo import presets
 
     def register(name="tiny-cpu-light", **changes):

@@ -1,11 +1,12 @@
-"""`memoized_power()`: inside it, `audits.power` computes each ε search and each ceiling once per test module.
+"""`memoized_power()`: inside it, `audits.statistics.power` computes each ε search and each ceiling once per test
+module.
 
-`audits.power.plan` spends most of its time in `eps_lower(m, k, v, δ, p)` (a p-value bisection) and in the ceiling
-ε_max(m, δ, confidence) (24 of those searches), both pure functions of their arguments. A module that plans many
-audits at the same (m, δ) repeats the same searches plan after plan. Inside the context the module `audits.power`
-looks them up in memos that the real functions fill on first use, so every value is still the library's own. Tests
-of `ceiling` or `eps_lower` themselves import the functions directly and call the real ones; nothing here is active
-outside the `with` block (the p-value internals that other modules monkeypatch are never cached).
+`audits.statistics.power.plan` spends most of its time in `eps_lower(m, k, v, δ, p)` (a p-value bisection) and in the
+ceiling ε_max(m, δ, confidence) (24 of those searches), both pure functions of their arguments. A module that plans many
+audits at the same (m, δ) repeats the same searches plan after plan. Inside the context the module
+`audits.statistics.power` looks them up in memos that the real functions fill on first use, so every value is still the
+library's own. Tests of `ceiling` or `eps_lower` themselves import the functions directly and call the real ones;
+nothing here is active outside the `with` block (the p-value internals that other modules monkeypatch are never cached).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import functools
 
 import pytest
 
-from audits import power
+from audits.statistics import power
 
 __all__ = ["memoized_power"]
 

@@ -1,5 +1,5 @@
-"""An interrupted DP-GRPO canary audit leaves no private log behind and never blocks a rerun (audits/dpgrpo_canary.py,
-`private_files`; docs/artifacts.md, "Output directories")."""
+"""An interrupted DP-GRPO canary audit leaves no private log behind and never blocks a rerun
+(audits/dpgrpo/gradient_canary.py, `private_files`; docs/artifacts.md, "Output directories")."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from audits import dpgrpo_canary as dc
+from audits.dpgrpo import gradient_canary as dc
 from privcheck.artifacts.outdir import leftover_prefix
 
 

@@ -21,8 +21,8 @@ import ray
 
 from audits.backends import TaskFailure, check_backend, run_tasks
 from audits.multirun_driver import GaussianRuns, run_multirun_audit, run_seeds
-from audits.power import mc_tasks, plan
-from audits.score_models import GDP
+from audits.statistics.power import mc_tasks, plan
+from audits.statistics.score_models import GDP
 from privcheck.artifacts.schema import validate
 from privcheck.artifacts.writer import verify_seal
 from privcheck.cli import main

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from audits import gdp, multirun, one_run, strategies
-from audits.one_run import eps_lower, from_counts, from_scores, p_value
+from audits.statistics import clopper_pearson as multirun
+from audits.statistics import gdp, one_run, strategies
+from audits.statistics.one_run import eps_lower, from_counts, from_scores, p_value
 from privcheck.errors import InvalidParameter
 
 SCORES = np.linspace(0, 1, 20)

@@ -28,7 +28,6 @@ from audits.blackbox import (
     pair_audit,
     select_event,
 )
-from audits.report import audit_document
 from audits.selection_pairs import (
     exponential_mechanism_pair,
     plan_privitp_phase2,
@@ -36,6 +35,7 @@ from audits.selection_pairs import (
     privitp_phase1_pair,
     privitp_phase2_pair,
 )
+from audits.statistics.report import audit_document
 from privcheck.accounting import PrivITPParams
 from privcheck.errors import InvalidParameter
 

@@ -21,7 +21,7 @@ from audits.canary import (
     score_canaries,
     verify,
 )
-from audits.one_run import from_scores
+from audits.statistics.one_run import from_scores
 from privcheck.errors import InvalidParameter
 
 SALT = bytes(range(32))

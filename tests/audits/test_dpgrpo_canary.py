@@ -1,4 +1,4 @@
-"""The DP-GRPO gradient-canary audit (audits/dpgrpo_canary.py, audits/cli/dpgrpo.py; docs/audits.md, "Auditing
+"""The DP-GRPO gradient-canary audit (audits/dpgrpo/gradient_canary.py, audits/cli/dpgrpo.py; docs/audits.md, "Auditing
 DP-GRPO in one run").
 
 One seeded end-to-end audit (tiny-cpu model and task with 2 public pretraining steps, 4 real records, q = 0.5,
@@ -29,7 +29,7 @@ import torch
 from scipy import stats
 
 from audits import canary as cn
-from audits import dpgrpo_canary as dc
+from audits.dpgrpo import gradient_canary as dc
 from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
 from privcheck.errors import CalibrationMismatch, CanariesNotObserved, InvalidParameter, PrivcheckError

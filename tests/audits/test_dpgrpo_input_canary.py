@@ -1,4 +1,4 @@
-"""The DP-GRPO input-space canary audit (audits/dpgrpo_input_*.py, `--canary-type input_binary` of
+"""The DP-GRPO input-space canary audit (audits/dpgrpo/input_*.py, `--canary-type input_binary` of
 audits/cli/dpgrpo.py; docs/audits.md, "Input-space binary canaries").
 
 One seeded end-to-end audit (tiny-cpu model and task with the public binary-choice pretraining, 4 real records,
@@ -29,8 +29,8 @@ import pytest
 import torch
 
 from audits import canary as cn
-from audits import dpgrpo_canary as dc
-from audits import dpgrpo_input_canary as ic
+from audits.dpgrpo import gradient_canary as dc
+from audits.dpgrpo import input_canary as ic
 from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
 from privcheck.errors import CanariesNotObserved, InvalidParameter

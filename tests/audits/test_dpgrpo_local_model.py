@@ -1,5 +1,5 @@
 """`privcheck audit dp-grpo --model DIR --tokenizer DIR`: the gradient-canary audit of the user's own model
-(audits/dpgrpo_canary.py `local_audit_preset`, audits/cli/dpgrpo.py; docs/audit_your_model.md).
+(audits/dpgrpo/gradient_canary.py `local_audit_preset`, audits/cli/dpgrpo.py; docs/audit_your_model.md).
 
 The user's model is a GPT-2 built from `tiny_config()` and written with `save_pretrained` to tmp_path, with the
 character tokenizer written by `hf_char_tokenizer().save_pretrained` (nothing is downloaded). Expected values are
@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from audits import dpgrpo_canary as dc
+from audits.dpgrpo import gradient_canary as dc
 from privcheck.cli import build_parser, main
 from privcheck.errors import InvalidParameter
 
@@ -181,7 +181,7 @@ def test_cli_audits_the_user_model_end_to_end(user_model, tmp_path, capsys):
 
 def test_cli_help_lists_the_registered_presets(capsys, monkeypatch):
     """`audit dp-grpo --help` lists the presets registered when the help is printed (the parser is built without
-    importing audits.dpgrpo_canary; tests/test_cli.py checks that)."""
+    importing audits.dpgrpo.gradient_canary; tests/test_cli.py checks that)."""
     monkeypatch.setitem(dc.AUDIT_PRESETS, "zzregisteredlater", dc.AUDIT_PRESETS["tiny-cpu"])
     with pytest.raises(SystemExit) as exc:
         main(["audit", "dp-grpo", "--help"])

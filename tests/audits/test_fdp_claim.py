@@ -1,9 +1,10 @@
-"""The claim-curve one-run f-DP audit (audits.fdp_claim; docs/audits.md, "f-DP against the claim's own curve").
+"""The claim-curve one-run f-DP audit (audits.statistics.fdp_claim; docs/audits.md, "f-DP against the claim's own
+curve").
 
 Independent references: the Gaussian trade-off curve Φ(Φ⁻¹(1 − α) − μ) and the one-round subsampled Gaussian
 curve q·Φ(Φ⁻¹(1 − α) − μ) + (1 − q)(1 − α) evaluated in mpmath at 50 digits (closed forms, Dong, Roth & Su), the
-exact-Gaussian recursion of audits.gdp (its μ_lower = 1.225533 at (1000, 100, 100) is a published reference row of
-docs/audits.md), and a Monte Carlo of a mechanism exactly at the claim's curve (fixed seed).
+exact-Gaussian recursion of audits.statistics.gdp (its μ_lower = 1.225533 at (1000, 100, 100) is a published reference
+row of docs/audits.md), and a Monte Carlo of a mechanism exactly at the claim's curve (fixed seed).
 """
 
 import mpmath as mp
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 from scipy.special import ndtr, ndtri
 
-from audits import fdp_claim as fc
-from audits.gdp import fdp_mu_lower, fdp_rejects, fdp_rejects_curve
+from audits.statistics import fdp_claim as fc
+from audits.statistics.gdp import fdp_mu_lower, fdp_rejects, fdp_rejects_curve
 from privcheck.accounting import CompositionHistory, GaussianEvent, PoissonGaussianEvent, PrivBoNEvent
 from privcheck.artifacts import validate
 from privcheck.errors import InvalidParameter
@@ -130,7 +131,7 @@ def test_gaussian_report_eps_lower_and_schema():
     """ε_lower of the μ = 1 Gaussian family at (1000, 100, 100), δ = 1e-5: the member found has μ within 0.01
     below the exact recursion's 1.225533, so ε_lower lies just under ε(μ = 1.225533, 1e-5) = 5.5490 (gdp
     conversion) and above ε(μ = 1.2155)."""
-    from audits.gdp import eps_of_mu
+    from audits.statistics.gdp import eps_of_mu
     rep = fc.fdp_claim_curve(1000, 100, 100, event=GAUSS, delta=1e-5)
     res = rep.result
     mu = 1 / res["noise_scale"]
@@ -163,8 +164,8 @@ def test_search_ends_capped_none_and_always_on_a_rejected_point():
 
 def test_grid_and_search_are_certified_and_below_the_exact_gaussian():
     """The certified search ends on a grid pair: s_hi rejected and s_hi/1.002 not, both by the certified curve.
-    Since f_L lies below the exact Gaussian curve, μ = 1/s_hi is at most the exact recursion's μ_lower (audits.gdp,
-    closed-form curve) and, the envelope being close, within 0.01 of it."""
+    Since f_L lies below the exact Gaussian curve, μ = 1/s_hi is at most the exact recursion's μ_lower
+    (audits.statistics.gdp, closed-form curve) and, the envelope being close, within 0.01 of it."""
     m, r, v = 1000, 100, 100
     out = fc.claim_eps_lower(m, r, v, GAUSS, 1e-5, 0.05)
     s_hi = out["s"]
@@ -188,8 +189,8 @@ def test_planned_gaussian_m1e5_figure_and_soundness():
     """The documented planning figure (docs/audits.md, claim-curve section; seed 0): Gaussian q = T = σ = 1,
     m = 10⁵, δ = 1e-5. Independent soundness check at the planned counts: the certified claim curve lies below the
     exact Gaussian curve, so its μ = 1/s is at most the closed-form recursion's μ_lower, and its ε_lower at most
-    the GDP conversion of that μ_lower (audits.gdp.eps_of_mu), itself below the claimed ε = 4.3772."""
-    from audits.gdp import eps_of_mu
+    the GDP conversion of that μ_lower (audits.statistics.gdp.eps_of_mu), itself below the claimed ε = 4.3772."""
+    from audits.statistics.gdp import eps_of_mu
     out = fc.planned_eps_lower(10**5, event=GAUSS, delta=1e-5, score_model="gdp:1")
     assert (out["k_plus"], out["k_minus"], out["correct"]) == (325, 325, 626)
     assert out["eps_lower"] == pytest.approx(3.308, abs=5e-3)

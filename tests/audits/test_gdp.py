@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from scipy.stats import beta as beta_dist
 from scipy.stats import norm
 
-from audits import gdp
-from audits.report import AuditReport
+from audits.statistics import gdp
+from audits.statistics.report import AuditReport
 from privcheck.accounting import gaussian_epsilon
 from privcheck.errors import InvalidParameter
 
@@ -85,7 +85,7 @@ def test_from_rates_negative_mu_is_zero_not_absolute_value():
 
 def test_gdp_family_estimate_exceeds_clopper_pearson_on_same_counts():
     """The Gaussian extrapolation reports far more than the assumption-free bound on the same data."""
-    from audits.multirun import clopper_pearson
+    from audits.statistics.clopper_pearson import clopper_pearson
     cp = clopper_pearson(0, 1000, 0, 1000, delta=1e-5).result["eps_lower"]
     g = gdp.from_rates(0, 1000, 0, 1000, delta=1e-5).result["eps_estimate_gdp_family"]
     assert g > 3 * cp
@@ -120,7 +120,7 @@ def test_gdp_overstates_randomised_response_while_one_run_does_not():
     from scipy.special import expit
     from scipy.stats import binom
 
-    from audits.one_run import eps_lower
+    from audits.statistics.one_run import eps_lower
     m, rho = 1000, float(expit(1.0))
 
     def first(pred):                     # smallest v with pred(v); pred is monotone in v

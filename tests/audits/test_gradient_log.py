@@ -45,8 +45,8 @@ def test_prepare_searches_the_canary_count():
     """With the search (the default), an underpowered plan names a canary count: here the planned bound of the
     white-box LLR score grows too slowly in m (0.58 at 1,000, 1.45 at 160,000 canaries) to reach 0.5·ε ≈ 1.49 by
     m·2^10, and the verdict says so; at fraction 0.25 the search finds a count, whose own plan reaches 0.747."""
-    from audits.power import plan as power_plan
-    from audits.score_models import DPSGDDirac
+    from audits.statistics.power import plan as power_plan
+    from audits.statistics.score_models import DPSGDDirac
 
     audit = gradient_log.prepare(dim=200, canaries=100, plan_sims=20, seed=4, fraction=0.25, **OPACUS_SETTING)
     needed = audit.plan.canaries_needed

@@ -7,7 +7,7 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from audits.multirun import clopper_pearson, cp_lower, cp_upper
+from audits.statistics.clopper_pearson import clopper_pearson, cp_lower, cp_upper
 from privcheck.errors import InvalidParameter
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from audits.multirun import clopper_pearson
 from audits.multirun_driver import GaussianRuns, run_multirun_audit, run_seeds
+from audits.statistics.clopper_pearson import clopper_pearson
 from privcheck.artifacts.schema import validate
 from privcheck.artifacts.writer import verify_seal
 from privcheck.cli import main

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import betaincinv, logit
 
-from audits import one_run, pvalue
-from audits.one_run import eps_lower, from_counts, p_value, search_eps_lower
+from audits.statistics import one_run, pvalue
+from audits.statistics.one_run import eps_lower, from_counts, p_value, search_eps_lower
 from privcheck import validation
 from tests.audits import mp_reference as ref
 

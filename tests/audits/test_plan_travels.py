@@ -1,8 +1,8 @@
 """Issue 24 item 3, "the plan travels with the audit": every audit command records its power plan and its verdict
-(`audits.power.assess`) in the report's `power` block, prints them, and says UNDERPOWERED in its first line when
-the plan cannot reach UNDERPOWERED_FRACTION of the claim's ε, with the canary count that would.
+(`audits.statistics.power.assess`) in the report's `power` block, prints them, and says UNDERPOWERED in its first line
+when the plan cannot reach UNDERPOWERED_FRACTION of the claim's ε, with the canary count that would.
 
-Expected counts come from the p-value itself (audits.pvalue.p_value at N and N − 1), not from the search that
+Expected counts come from the p-value itself (audits.statistics.pvalue.p_value at N and N − 1), not from the search that
 produced them; plans are seeded."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from audits.power import UNDERPOWERED_FRACTION, assess, plan
-from audits.pvalue import p_value
+from audits.statistics.power import UNDERPOWERED_FRACTION, assess, plan
+from audits.statistics.pvalue import p_value
 from privcheck.artifacts.schema import validate
 from privcheck.cli import main
 from privcheck.errors import InvalidParameter
@@ -115,7 +115,7 @@ def test_power_command_powered_and_underpowered(capsys):
 def test_assess_searches_the_count_under_the_score_model():
     """gdp(1): 64 canaries plan well below 0.5 × its μ-GDP ε; the search finds a count (a power of two times 64)
     whose own plan reaches the target while half of it does not."""
-    from audits.power import nominal_epsilon
+    from audits.statistics.power import nominal_epsilon
 
     eps = nominal_epsilon("gdp:1", 1e-5)[0]
     rep = plan(64, delta=1e-5, confidence=0.95, eps_nominal=eps, score_model="gdp:1", sims=20, seed=2)

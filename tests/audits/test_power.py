@@ -1,4 +1,4 @@
-"""Power analysis (audits/power.py, audits/score_models.py) against independent references.
+"""Power analysis (audits/statistics/power.py, audits/statistics/score_models.py) against independent references.
 
 Expected values come from docs/audits.md (reference ceilings, the DP-GRPO planning figure), closed forms evaluated in
 mpmath or scipy (δ = 0 ceiling, canaries needed at δ = 0, Gaussian top-k precision, binomial laws of simulated
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from audits.power import (
+from audits.statistics.power import (
     NOISELESS_MISS,
     POWER_BLOCK_KEYS,
     GuessRule,
@@ -30,7 +30,7 @@ from audits.power import (
     plan,
     plot_bound_vs_canaries,
 )
-from audits.score_models import GDP, DPSGDDirac, Empirical, Perfect, parse_score_model
+from audits.statistics.score_models import GDP, DPSGDDirac, Empirical, Perfect, parse_score_model
 from privcheck.accounting import gdp_to_dp
 from privcheck.errors import InvalidParameter
 from tests.audits.power_memo import memoized_power
@@ -88,7 +88,7 @@ def test_canaries_needed_delta0_closed_form():
 
 
 def test_canaries_needed_grpo_nominal_is_a_first_crossing():
-    from audits.one_run import p_value
+    from audits.statistics.one_run import p_value
     n = canaries_needed(5.0385, DELTA_GRPO, 0.95)
     assert n is not None
     assert p_value(n, n, n, 5.0385, DELTA_GRPO) < P <= p_value(n - 1, n - 1, n - 1, 5.0385, DELTA_GRPO)

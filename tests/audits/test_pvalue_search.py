@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from audits import pvalue
-from audits.pvalue import BISECTION_WIDTH, EPS_CAP, eps_lower_closed_form_delta0, p_value, search_eps_lower
+from audits.statistics import pvalue
+from audits.statistics.pvalue import BISECTION_WIDTH, EPS_CAP, eps_lower_closed_form_delta0, p_value, search_eps_lower
 from tests.audits.bisection_reference import plain_search
 
 # Worst case of the search (proof notes): PVAL(0), the closed-form start, at most 7 steps 1e-9·64^k above a rejected

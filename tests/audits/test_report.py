@@ -9,10 +9,10 @@ import json
 import jsonschema
 import pytest
 
-from audits.gdp import fdp_one_run, from_rates
-from audits.multirun import clopper_pearson
-from audits.one_run import from_counts
-from audits.report import ARTIFACT, AuditReport, audit_document, power_block, write_audit
+from audits.statistics.clopper_pearson import clopper_pearson
+from audits.statistics.gdp import fdp_one_run, from_rates
+from audits.statistics.one_run import from_counts
+from audits.statistics.report import ARTIFACT, AuditReport, audit_document, power_block, write_audit
 from privcheck.artifacts.schema import load_schema, validate
 from privcheck.artifacts.writer import verify_seal
 from privcheck.errors import InvalidParameter

@@ -7,8 +7,8 @@ import pytest
 from scipy.stats import binom
 
 from audits import canary
-from audits.one_run import eps_lower, from_scores, p_value
-from audits.strategies import Bonferroni, Explicit, Split, count, guesses, rank, tie_break_key
+from audits.statistics.one_run import eps_lower, from_scores, p_value
+from audits.statistics.strategies import Bonferroni, Explicit, Split, count, guesses, rank, tie_break_key
 from privcheck.errors import InvalidParameter
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from audits import one_run, pvalue, verify
+from audits import verify
+from audits.statistics import one_run, pvalue
 from privcheck.checks import Recorder
 
 

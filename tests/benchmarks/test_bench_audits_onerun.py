@@ -14,7 +14,7 @@ import math
 from scipy.special import betaincinv, logit
 from scipy.stats import binom
 
-from audits.one_run import eps_lower, p_value, search_eps_lower
+from audits.statistics.one_run import eps_lower, p_value, search_eps_lower
 from tests.benchmarks.baseline import run_with_baseline
 
 M, R = 100_000, 10_000

@@ -1,4 +1,4 @@
-"""Benchmarks of the audit power analysis (audits/power.py): 200 simulated audits with m = 10,000 canaries.
+"""Benchmarks of the audit power analysis (audits/statistics/power.py): 200 simulated audits with m = 10,000 canaries.
 
 `make bench` runs them with timing (3 rounds each); the default run (`--benchmark-disable`) executes each plan once as
 a smoke test at m = 1,000 with 20 simulated audits and skips the baselines (the m = 10,000 DP-GRPO planning figure is
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from audits import power
-from audits.one_run import eps_lower
-from audits.score_models import DPSGDDirac, Perfect
+from audits.statistics import power
+from audits.statistics.one_run import eps_lower
+from audits.statistics.score_models import DPSGDDirac, Perfect
 from tests.benchmarks.baseline import run_with_baseline
 
 M, SIMS = 10_000, 200

@@ -5,7 +5,7 @@ docs/audits.md, "Cost of gradient canaries").
   σ = 0.875, T = 96) with m = 1,000 Dirac canaries (`GradientCanaries`, log written) against the same loop without
   the hook;
 * DP-GRPO: the tiny-cpu policy (2 public pretraining steps), n = 4 real records, q = 0.5, T = 10, with m = 300
-  Dirac canary slots and the auditor's hooks (`audits.dpgrpo_canary`'s training step) against the same trainer
+  Dirac canary slots and the auditor's hooks (`audits.dpgrpo.gradient_canary`'s training step) against the same trainer
   without canary slots or hooks.
 
 Only the training loops are timed (each round rebuilds the run first); plain and canary runs alternate and the
@@ -52,7 +52,7 @@ def _report(capsys, title, info):
 def test_bench_opacus_gradient_canaries(benchmark, tmp_path, capsys):
     import opacus  # noqa: F401 - the integrations extra
 
-    from audits.dpgrpo_canary import reserved_coordinates
+    from audits.dpgrpo.gradient_canary import reserved_coordinates
     from privcheck.integrations.opacus import GradientCanaries, private_dimension
     from tests.integrations.opacus_fixture import tiny_run
 
@@ -87,7 +87,7 @@ def test_bench_opacus_gradient_canaries(benchmark, tmp_path, capsys):
 
 def test_bench_dpgrpo_gradient_canaries(benchmark, tmp_path, capsys):
     from audits import canary as cn
-    from audits import dpgrpo_canary as dc
+    from audits.dpgrpo import gradient_canary as dc
     from mechanisms.dpgrpo import presets
     from mechanisms.dpgrpo.audit_hooks import AuditHooks
     from mechanisms.dpgrpo.core import ParamSpace
@@ -117,7 +117,8 @@ def test_bench_dpgrpo_gradient_canaries(benchmark, tmp_path, capsys):
         trainer.train()
         return time.perf_counter() - start
 
-    def canaries():                   # the audit's training step (audits.dpgrpo_canary.run_gradient_canary_audit)
+    # the audit's training step (audits.dpgrpo.gradient_canary.run_gradient_canary_audit)
+    def canaries():
         model.load_state_dict(state)
         start = time.perf_counter()   # building the m canary slots is part of the canaries' cost
         universe = SlotUniverse(n, torch.ones(n, dtype=torch.bool), spec.records(n, 11))

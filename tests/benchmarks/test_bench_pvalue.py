@@ -8,7 +8,7 @@ search is within 1e-9 of the bisection's and keeps PVAL(lo) < p ≤ PVAL(lo + 1e
 
 from __future__ import annotations
 
-from audits.pvalue import BISECTION_WIDTH, p_value, search_eps_lower
+from audits.statistics.pvalue import BISECTION_WIDTH, p_value, search_eps_lower
 from tests.audits.bisection_reference import plain_search
 from tests.benchmarks.baseline import run_with_baseline
 

@@ -11,8 +11,8 @@ wrapper of the calibration function, passed through the bindings.
 that the zoo test and later audits run on the same variants. Test code only: never train with these.
 
 Canary-aware: a variant whose defect lies elsewhere keeps the trainer's public slot count `n_slots` (n + m_c) and
-divisor `divisor` (q·(n + m_c)), so the canary audits (audits/dpgrpo_canary.py, audits/dpgrpo_input_canary.py) run
-on every variant unmodified; without canary slots these are n and q·n, as before.
+divisor `divisor` (q·(n + m_c)), so the canary audits (audits/dpgrpo/gradient_canary.py, audits/dpgrpo/input_canary.py)
+run on every variant unmodified; without canary slots these are n and q·n, as before.
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ AUDIT = dict(canaries=500, rounds=4, q=1.0, C=4.0, target_epsilon=2.0, n_real=4)
 
 
 def _audit(trainer_cls):
-    from audits.dpgrpo_canary import run_gradient_canary_audit
+    from audits.dpgrpo.gradient_canary import run_gradient_canary_audit
     return run_gradient_canary_audit(preset="tiny-cpu", seed=SEED, trainer_cls=trainer_cls, plan_sims=50, **AUDIT)
 
 

@@ -1,9 +1,10 @@
 """Gradient-canary audits of the DP-GRPO bug zoo (docs/audits.md, "What the audit catches in the bug zoo").
 
-`audits.dpgrpo_canary.run_gradient_canary_audit` audits a `DPTrainer` subclass from tests/bug_zoo/dpgrpo_variants.py
-exactly as it audits the production trainer: m Dirac canaries added as slots, the pre-registered white-box
-per-step LLR, the one-run bound. A variant is *caught by the audit* when its ε_lower exceeds the ε the
-implementation claims (its plan's ε: the accountant at the public (q, σ, T, δ)), i.e. the test rejects the claim.
+`audits.dpgrpo.gradient_canary.run_gradient_canary_audit` audits a `DPTrainer` subclass from
+tests/bug_zoo/dpgrpo_variants.py exactly as it audits the production trainer: m Dirac canaries added as slots, the
+pre-registered white-box per-step LLR, the one-run bound. A variant is *caught by the audit* when its ε_lower exceeds
+the ε the implementation claims (its plan's ε: the accountant at the public (q, σ, T, δ)), i.e. the test rejects the
+claim.
 
 `noise_sigma_only` draws z ~ N(0, σ²I) instead of N(0, σ²C²I): at C = 4 the noise on every coordinate is 4 times
 too small, so each canary's per-step signal-to-noise ratio is 4 times the claimed one. Configuration: ε = 2
@@ -28,7 +29,7 @@ import mpmath as mp
 import pytest
 import torch
 
-from audits.dpgrpo_canary import run_gradient_canary_audit
+from audits.dpgrpo.gradient_canary import run_gradient_canary_audit
 from mechanisms.dpgrpo.trainer import DPTrainer
 from tests.bug_zoo.dpgrpo_variants import DPGRPO_ZOO
 

@@ -32,7 +32,7 @@ Carlo median is lower (perfect model, m = 1000: 5.78 planned, ≈ 4.0 median). R
 only the planned figure.
 
 Assumptions: PVAL is non-increasing in v (property-tested in tests/audits/test_one_run.py), used by the search for
-the minimum correct count and the canaries search. p-values and bounds come from `audits.pvalue`. Cost: the
+the minimum correct count and the canaries search. p-values and bounds come from `audits.statistics.pvalue`. Cost: the
 reference sample has about max(500,000, m) scores and the Monte Carlo `sims·m` scores (times T steps for
 `dpsgd_dirac(llr)`, drawn in float32 blocks); EPS_LB is evaluated once per grid rule and once per distinct simulated
 v. The reference sample uses a numpy Generator seeded with `seed` (reproducible; the report says so) or OS entropy
@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from audits.backends import DEFAULT_MAX_RETRIES, check_backend, run_tasks
-from audits.pvalue import EPS_CAP, MAX_CANARIES, eps_lower, p_value
-from audits.score_models import DPSGDDirac, ScoreModel, parse_score_model
+from audits.statistics.pvalue import EPS_CAP, MAX_CANARIES, eps_lower, p_value
+from audits.statistics.score_models import DPSGDDirac, ScoreModel, parse_score_model
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.randomness import RandomnessPolicy
@@ -69,7 +69,8 @@ DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
 REFERENCE_MIN_SCORES = 500_000    # reference floor (half in, half out); plan spread ≈ ±0.07 in ε, DP-GRPO m = 1e4
 SIMS_BLOCK_SCORES = 200_000       # Monte Carlo audits are drawn in tasks of about this many scores
-MC_SEED_LABEL = "audits.power/monte_carlo/{}"     # task j's seed: RandomnessPolicy.derive_seed(label.format(j))
+# Task j's seed: RandomnessPolicy.derive_seed(label.format(j)); the label keeps the module's old path so seeds stay put.
+MC_SEED_LABEL = "audits.power/monte_carlo/{}"
 CANARIES_SEARCH_MAX = MAX_CANARIES   # the canaries search stops here (the ceiling property is verified up to 1e8)
 MAX_SIMULATED_DRAWS = 2 * 10**9   # random numbers a plan draws (reference sample + sims·m scores): about a minute
 NOISELESS_MISS = 1e-6             # the default plan misses a run without noise with at most this probability

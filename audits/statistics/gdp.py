@@ -20,10 +20,10 @@ import math
 from scipy.optimize import brentq
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from audits import report
-from audits.multirun import MAX_HYPOTHESES, check_rates, cp_upper
-from audits.pvalue import MAX_CANARIES
-from audits.report import GAUSSIAN_TRADEOFF, AuditReport
+from audits.statistics import report
+from audits.statistics.clopper_pearson import MAX_HYPOTHESES, check_rates, cp_upper
+from audits.statistics.pvalue import MAX_CANARIES
+from audits.statistics.report import GAUSSIAN_TRADEOFF, AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 

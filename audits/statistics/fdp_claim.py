@@ -5,7 +5,7 @@ curve".
 * The **family** of the claim: the claimed event with every noise multiplier scaled by s > 0 (s < 1: less
   private). Member s is tested through a trade-off curve f_L(s) that lies below its true curve: the lower envelope
   of the (ε_i, δ_i)-DP lines, ε_i the certified upper ε of `privcheck.accounting.epsilon_profile` on PROFILE_DELTAS.
-* The **test** of member s is `audits.gdp.fdp_rejects_curve` with binv(y) = f_L(1 − y); the search finds the
+* The **test** of member s is `audits.statistics.gdp.fdp_rejects_curve` with binv(y) = f_L(1 − y); the search finds the
   least private rejected member s_hi by doubling and bisection on log s (invariant: s_hi rejected, s_lo not).
 * The **result** `eps_lower` is the lower end of the certified enclosure of `epsilon(member(s_hi), δ)` at the claim's
   δ: valid at level τ **under the assumption that the mechanism's curve is a member of the family** (extra
@@ -20,10 +20,10 @@ import math
 
 import numpy as np
 
-from audits import report
-from audits.gdp import delta_of_eps, eps_of_mu, fdp_rejects_curve
-from audits.pvalue import EPS_CAP, MAX_CANARIES, eps_lower
-from audits.report import AuditReport
+from audits.statistics import report
+from audits.statistics.gdp import delta_of_eps, eps_of_mu, fdp_rejects_curve
+from audits.statistics.pvalue import EPS_CAP, MAX_CANARIES, eps_lower
+from audits.statistics.report import AuditReport
 from privcheck import validation as val
 from privcheck.accounting import (
     CompositionHistory,
@@ -271,8 +271,8 @@ def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, 
 
 def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 40,
                       refine: int = 12, seed: int = 0) -> dict:
-    """Planned claim-curve ε_lower for m canaries (audits.power style, expected counts): the guess rule is chosen on
-    simulated scores only (pre-registrable), then the method runs at its expected counts. Rules: top-only and
+    """Planned claim-curve ε_lower for m canaries (audits.statistics.power style, expected counts): the guess rule is
+    chosen on simulated scores only (pre-registrable), then the method runs at its expected counts. Rules: top-only and
     balanced rules on a `points`-point log grid of guess counts, then `refine` more counts of the best kind between
     the best count's grid neighbours; v = the rule's correct count on power's reference sample of the score model
     (seeded). Each rule is ranked by the proxy curve's least rejected grid member (a rule is searched only when it
@@ -280,7 +280,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     reference samples, averaged), so that choosing the best of many rules does not inflate the forecast, and its
     ε_lower is computed with the certified curves, as the audit would. Returns the ε_lower, the rule, its counts,
     the Steinke planned bound of the same counts, the noise scale and the claimed ε. A forecast, not a bound."""
-    from audits.power import GuessRule, guess_counts, parse_score_model, reference_counts
+    from audits.statistics.power import GuessRule, guess_counts, parse_score_model, reference_counts
 
     m = val.count("m", m, 1, MAX_CANARIES)
     event = _check_event(event)

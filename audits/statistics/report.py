@@ -49,7 +49,8 @@ MULTIRUN_ASSUMPTIONS = ("iid_runs", "test_fixed_before_evaluation_runs", "neighb
 
 POWER_KEYS = ("eps_ceiling", "min_correct_for_nominal", "planned_eps_lower", "mc_median", "mc_p10", "mc_p90",
               "prob_zero", "score_model")
-# The plan's verdict (`audits.power.assess`): filled by the report from its own claim when the caller gave none.
+# The plan's verdict (`audits.statistics.power.assess`): filled by the report from its own claim when the caller gave
+# none.
 VERDICT_KEYS = ("underpowered", "underpowered_fraction", "canaries_needed", "plan_note")
 SECTION_KEYS = {
     "claim": ("epsilon", "delta", "neighboring", "accountant", "mechanism"),
@@ -106,7 +107,7 @@ class AuditReport:
         for key in ("eps_ceiling", "planned_eps_lower"):
             if self.power[key] is None:
                 raise ValueError(f"power.{key} must always be filled")
-        if "underpowered" not in self.power:        # the one definition: audits.power.assess over the block
+        if "underpowered" not in self.power:        # the one definition: audits.statistics.power.assess over the block
             object.__setattr__(self, "power", freeze({**thaw(self.power), **self._verdict()}, strict=True))
         if self.method in GDP_METHODS:   # never an (ε, δ) lower bound, never a rejection (module docstring)
             if "eps_lower" in self.result or GAUSSIAN_TRADEOFF not in self.extra_assumptions:
@@ -124,7 +125,7 @@ class AuditReport:
             raise ValueError("fdp_claim_curve reports carry eps_lower_steinke and a claim_family:<event> assumption")
 
     def _verdict(self) -> dict:
-        from audits.power import assess
+        from audits.statistics.power import assess
         eps = self.claim["epsilon"] if self.method not in GDP_METHODS else None
         one_run = self.method in ("steinke_one_run", "fdp_claim_curve")
         level = self.result["significance"] / self.guessing["n_hypotheses"]
@@ -227,7 +228,7 @@ def randomness_block(membership: str, audit_release: bool | None) -> dict:
 
 def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
     """Fill the power block from an optional power-analysis dict, or an object with `power_block()` (such as
-    `audits.power.PowerReport`) or `to_json()`.
+    `audits.statistics.power.PowerReport`) or `to_json()`.
 
     Without one, the plan is the ceiling (score model "perfect"). A mapping may only use the keys of
     `POWER_KEYS` (typos are errors); from an object's `to_json()` the known keys are taken.
@@ -237,7 +238,7 @@ def power_block(power, *, eps_ceiling: float, min_correct: int | None) -> dict:
     if power is None:
         return block
     if not isinstance(power, Mapping) and callable(getattr(power, "power_block", None)):
-        power = power.power_block()          # audits.power.PowerReport
+        power = power.power_block()          # audits.statistics.power.PowerReport
     if isinstance(power, Mapping):
         unknown = sorted(set(power) - set(POWER_KEYS) - set(VERDICT_KEYS))
         if unknown:

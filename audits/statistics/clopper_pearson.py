@@ -21,8 +21,8 @@ import math
 
 from scipy.stats import beta as beta_dist
 
-from audits import report
-from audits.report import AuditReport
+from audits.statistics import report
+from audits.statistics.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from audits.dpgrpo_canary import (
+from audits.dpgrpo.gradient_canary import (
     AuditPreset,
     checked_privacy_claim,
     reserved_coordinates,

@@ -2,15 +2,15 @@
 
 The protocol, the measured figures and the limits are in docs/audits.md ("Input-space binary canaries"). The
 statistics, the sealed membership, the privacy plan, the report and the private-directory handling are those of
-the gradient-canary audit (`audits.dpgrpo_canary`); only the canaries, the score and the power pilot differ. The
-parts live in one module each:
+the gradient-canary audit (`audits.dpgrpo.gradient_canary`); only the canaries, the score and the power pilot differ.
+The parts live in one module each:
 
-* `audits.dpgrpo_input_prompts` — public prompts, secret labels, the public binary-choice pretraining;
-* `audits.dpgrpo_input_scoring` — the canaries, the scorer's view of the trained policy, the log-odds score;
-* `audits.dpgrpo_input_training` — training with appended canary records, the hooks' per-canary facts;
-* `audits.dpgrpo_input_pilot` — the public power pilot;
-* `audits.dpgrpo_input_design` — the pre-registered design;
-* `audits.dpgrpo_input_report` — scoring, reveal, test and diagnostics after training;
+* `audits.dpgrpo.input_prompts` — public prompts, secret labels, the public binary-choice pretraining;
+* `audits.dpgrpo.input_scoring` — the canaries, the scorer's view of the trained policy, the log-odds score;
+* `audits.dpgrpo.input_training` — training with appended canary records, the hooks' per-canary facts;
+* `audits.dpgrpo.input_pilot` — the public power pilot;
+* `audits.dpgrpo.input_design` — the pre-registered design;
+* `audits.dpgrpo.input_report` — scoring, reveal, test and diagnostics after training;
 * this module — the end-to-end audit (`run_input_canary_audit`), which re-exports the public names above.
 
 What `run_input_canary_audit` guarantees, in protocol order:
@@ -24,18 +24,18 @@ What `run_input_canary_audit` guarantees, in protocol order:
    ℓ_i).
 3. **Pre-registration.** S comes from `audits.canary.draw_membership`; S and the labels are committed with fresh
    salts (the label commitment uses the same byte layout, bit 1 ⇔ label "1"). The privacy plan is
-   `audits.dpgrpo_canary.audit_plan`: n real records plus m canary slots, σ calibrated for the target ε at
+   `audits.dpgrpo.gradient_canary.audit_plan`: n real records plus m canary slots, σ calibrated for the target ε at
    δ = 1/(10·(n + m)); the certified ε is the plan's and nothing else. A public **pilot** fixes (k₊, k₋) through
-   `audits.power.plan` before training.
+   `audits.statistics.power.plan` before training.
 4. **Training.** The m canary records are appended after the n real slots; (q, σ, T, δ) are unchanged and the
    trainer's public divisor is the plan's q·(n + m). The trainer's privacy claim must report the audit's plan, the
    canary slots and the commitment, and the plan's ε must not change when the canaries are removed — the audit stops
    otherwise. `AuditHooks` write the per-round diagnostics to the auditor's private log.
 5. **Score.** `LogOddsDelta` on the trained policy against its public base; scores are frozen before S is revealed.
 6. **Reveal, test, diagnostics.** S is revealed against the frozen scores and both commitments are verified;
-   `audits.one_run.from_scores` applies the pre-registered rule. The diagnostics (realised inclusions, present
-   canaries never sampled, the fraction of constant-reward canary groups, pre-clip norms, the base policy's mass on
-   the two options, AUROC) are never read by the statistic.
+   `audits.statistics.one_run.from_scores` applies the pre-registered rule. The diagnostics (realised inclusions,
+   present canaries never sampled, the fraction of constant-reward canary groups, pre-clip norms, the base policy's mass
+   on the two options, AUROC) are never read by the statistic.
 
 Scope: input-space canaries go through the whole mechanism (rollouts, verifier, advantages, loss, clipping, noise,
 accounting). Their power at tiny-cpu scale is small (the pilot's plan says so and the report carries it); a zero
@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import (
+from audits.dpgrpo.gradient_canary import (
     LOG_NAME,
     PLAN_SIMS,
     AuditPreset,
@@ -73,14 +73,14 @@ from audits.dpgrpo_canary import (
     resolve_preset,
     write_audit_files,
 )
-from audits.dpgrpo_input_design import (
+from audits.dpgrpo.input_design import (
     CANARY_TYPE,
     SCORE_NAME,
     InputAuditDesign,
     design_input_audit,
 )
-from audits.dpgrpo_input_pilot import Pilot, run_pilot
-from audits.dpgrpo_input_prompts import (
+from audits.dpgrpo.input_pilot import Pilot, run_pilot
+from audits.dpgrpo.input_prompts import (
     DEFAULT_PROMPT_DIGITS,
     MAX_PROMPT_DIGITS,
     OPTIONS,
@@ -92,16 +92,16 @@ from audits.dpgrpo_input_prompts import (
     label_seed,
     public_prompts,
 )
-from audits.dpgrpo_input_report import analyse
-from audits.dpgrpo_input_scoring import (
+from audits.dpgrpo.input_report import analyse
+from audits.dpgrpo.input_scoring import (
     InputCanary,
     LogOddsDelta,
     PolicyView,
     input_canaries,
     score_model_view,
 )
-from audits.dpgrpo_input_training import CanaryTelemetry, train_with_canaries
-from audits.report import AuditReport
+from audits.dpgrpo.input_training import CanaryTelemetry, train_with_canaries
+from audits.statistics.report import AuditReport
 from mechanisms.dpgrpo.pipeline.run import torch_threads
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
@@ -161,8 +161,8 @@ def run_input_canary_audit(*, preset="tiny-cpu", canaries: int, out_dir=None, se
     `private/` (auditor and pilot logs, the reveal; mode 0600) go; None keeps the private files in a fresh
     temporary directory and writes no artifact. `seed`: a seeded test run (trainers, membership, labels, prompts,
     pilot, plan), never an audit release. `trainer_cls`: the `DPTrainer` subclass to audit (pilot included).
-    `before_commit`: see `audits.dpgrpo_canary.check_before_commit`. Every input is validated before any work or
-    file.
+    `before_commit`: see `audits.dpgrpo.gradient_canary.check_before_commit`. Every input is validated before any work
+    or file.
     """
     from mechanisms.dpgrpo.trainer import DPTrainer
 

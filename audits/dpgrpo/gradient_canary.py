@@ -1,15 +1,15 @@
 """One-run canary audit of DP-GRPO with gradient-space Dirac canaries and white-box per-step LLR scores.
 
 The protocol, its scope and the measured figures are in docs/audits.md ("Auditing DP-GRPO in one run"); the
-one-run test itself is `audits.one_run`. What `run_gradient_canary_audit` guarantees, in protocol order:
+one-run test itself is `audits.statistics.one_run`. What `run_gradient_canary_audit` guarantees, in protocol order:
 
 1. **Before training** (`design_gradient_audit`): the configuration is public — an audit preset (model, task and
    mechanism constants of a `dpgrpo` preset, with the audit's q and T) and the privacy plan
    (`privcheck.accounting.DPSGDPlan`, `audit_plan`): n real records plus m canary slots, σ calibrated by
    `DPSGDPlan.from_target` for the target ε at δ = 1/(10·n′), n′ = n + m. The certified ε is the plan's
    (`plan.epsilon()`, the accountant applied to the plan's event) and nothing else. The power plan
-   (`audits.power.plan` with `dpsgd_dirac(q, σ, T, llr, τ)`) fixes (k₊, k₋); reserved coordinates J come from a
-   fixed public rule (the last or first m coordinates of the LoRA ParamSpace), never from S; S is drawn by
+   (`audits.statistics.power.plan` with `dpsgd_dirac(q, σ, T, llr, τ)`) fixes (k₊, k₋); reserved coordinates J come from
+   a fixed public rule (the last or first m coordinates of the LoRA ParamSpace), never from S; S is drawn by
    `audits.canary.draw_membership` (OS entropy; seeded only in tests), committed with a fresh salt, and the
    `Preregistration` (m, canary type, score, k₊, k₋, tie-break key, δ, p, commitment) is made.
 2. **Training**: m canary slots `C·e_{j_i}` are appended after the n real slots (`SlotUniverse.append_canaries`,
@@ -18,10 +18,10 @@ one-run test itself is `audits.one_run`. What `run_gradient_canary_audit` guaran
    without canaries must be the one it gives with them — the audit stops otherwise. `AuditHooks` writes
    U_t[J] = S_t[J] + z_t[J] to the auditor's private log (mode 0600).
 3. **Scoring**: only the log's `round` lines are read; y_t = U_t[j_i]/(σC) and each canary's score is the
-   Neyman–Pearson per-step LLR of `audits.score_models.DPSGDDirac`. The scorer receives the log view and the
+   Neyman–Pearson per-step LLR of `audits.statistics.score_models.DPSGDDirac`. The scorer receives the log view and the
    canary, never S; scores are frozen before S is revealed (`audits.canary.score_canaries`).
 4. **Reveal and test**: S is revealed against the frozen scores, the commitment is verified, and
-   `audits.one_run.from_scores` applies the pre-registered rule (Explicit, fixed tie-break key).
+   `audits.statistics.one_run.from_scores` applies the pre-registered rule (Explicit, fixed tie-break key).
 5. **Diagnostics** (realised inclusions, present canaries never sampled, absent canaries ever sampled, pre-clip
    norms, cross-talk on J, AUROC) come from the log's separate `diagnostics` lines and are only copied into the
    report; the statistic never reads them.
@@ -55,19 +55,19 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
-from audits.one_run import from_scores
-from audits.power import PowerReport, max_draws_per_score
-from audits.power import plan as power_plan
-from audits.pvalue import MAX_CANARIES
-from audits.report import (
+from audits.statistics.one_run import from_scores
+from audits.statistics.power import PowerReport, max_draws_per_score
+from audits.statistics.power import plan as power_plan
+from audits.statistics.pvalue import MAX_CANARIES
+from audits.statistics.report import (
     ARTIFACT,
     SCHEMA_FILE,
     AuditReport,
     audit_document,
     check_out_dir,
 )
-from audits.score_models import MAX_STEPS, DPSGDDirac
-from audits.strategies import Explicit
+from audits.statistics.score_models import MAX_STEPS, DPSGDDirac
+from audits.statistics.strategies import Explicit
 from audits.visibility import check_canaries_observed, read_auditor_log
 from mechanisms.dpgrpo.pipeline.run import torch_threads
 from mechanisms.dpgrpo.presets import MAX_RECORDS, MAX_ROUNDS
@@ -471,7 +471,7 @@ def check_counts(canaries, rounds, *, minimum: int = 1) -> tuple[int, int | None
 
 def check_audit_size(*, m: int, T: int, n_real: int, plan_sims: int, per_step_llr: bool) -> None:
     """Sizes an audit can run, before any work: n_real + m record slots (at most MAX_RECORDS) and, for the white-box
-    per-step score, a power plan whose simulation draws T normals per canary score (`audits.power`)."""
+    per-step score, a power plan whose simulation draws T normals per canary score (`audits.statistics.power`)."""
     n_real = val.count("n_real", n_real, 1, MAX_RECORDS - 1)
     if n_real + m > MAX_RECORDS:
         raise InvalidParameter("canaries", m, f"an integer in [1, {MAX_RECORDS - n_real}] (n_real + canaries <= "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from audits.canary import TIE_BREAK_SEED, tick
-from audits.pvalue import EpsSearch, p_value_unchecked, search_eps_lower
+from audits.statistics.pvalue import EpsSearch, p_value_unchecked, search_eps_lower
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 from privcheck.randomness import RandomnessPolicy

@@ -1,6 +1,6 @@
 """Analysis of an input-space canary audit after training: score, freeze, reveal, verify both commitments, test.
 
-The statistic reads only the trained model and the canaries (`audits.dpgrpo_input_scoring`); the diagnostics come
+The statistic reads only the trained model and the canaries (`audits.dpgrpo.input_scoring`); the diagnostics come
 from the hooks' log and the base policy and sit beside the test in the report, never in it.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import TRAINER_HINTS, plan_params, preregistered_report, split_log
-from audits.dpgrpo_input_design import InputAuditDesign
-from audits.dpgrpo_input_prompts import OPTIONS, PROMPT_SUFFIX, label_bits
-from audits.dpgrpo_input_scoring import PolicyView, score_model_view
-from audits.dpgrpo_input_training import CanaryTelemetry
-from audits.report import AuditReport
+from audits.dpgrpo.gradient_canary import TRAINER_HINTS, plan_params, preregistered_report, split_log
+from audits.dpgrpo.input_design import InputAuditDesign
+from audits.dpgrpo.input_prompts import OPTIONS, PROMPT_SUFFIX, label_bits
+from audits.dpgrpo.input_scoring import PolicyView, score_model_view
+from audits.dpgrpo.input_training import CanaryTelemetry
+from audits.statistics.report import AuditReport
 from audits.visibility import check_canaries_observed, read_auditor_log
 from privcheck.errors import InvalidParameter, PrivcheckError
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from audits import canary as cn
-from audits.dpgrpo_canary import AuditPreset, CanaryIds
-from audits.dpgrpo_input_pilot import PILOT_LOG_NAME, Pilot, run_pilot
-from audits.dpgrpo_input_scoring import InputCanary, LogOddsDelta
-from audits.power import PowerReport
-from audits.power import plan as power_plan
-from audits.score_models import Empirical
+from audits.dpgrpo.gradient_canary import AuditPreset, CanaryIds
+from audits.dpgrpo.input_pilot import PILOT_LOG_NAME, Pilot, run_pilot
+from audits.dpgrpo.input_scoring import InputCanary, LogOddsDelta
+from audits.statistics.power import PowerReport
+from audits.statistics.power import plan as power_plan
+from audits.statistics.score_models import Empirical
 
 __all__ = ["CANARY_TYPE", "SCORE_NAME", "InputAuditDesign", "design_input_audit"]
 

@@ -3,7 +3,7 @@
 The pilot trains a copy of the public base policy with stand-in real records from a public seed apart from the
 audited ones, and public canary prompts with public labels and an exactly balanced random inclusion drawn by its
 own generator (independent of S). Its in/out scores form the `Empirical` score model from which
-`audits.power.plan` fixes the guess rule before the audited training starts.
+`audits.statistics.power.plan` fixes the guess rule before the audited training starts.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_canary import AuditPreset
-from audits.dpgrpo_input_prompts import OPTIONS, derived_seed
-from audits.dpgrpo_input_scoring import PolicyView, input_canaries, score_model_view
-from audits.dpgrpo_input_training import CanaryTelemetry, train_with_canaries
-from audits.score_models import Empirical
+from audits.dpgrpo.gradient_canary import AuditPreset
+from audits.dpgrpo.input_prompts import OPTIONS, derived_seed
+from audits.dpgrpo.input_scoring import PolicyView, input_canaries, score_model_view
+from audits.dpgrpo.input_training import CanaryTelemetry, train_with_canaries
+from audits.statistics.score_models import Empirical
 
 __all__ = ["PILOT_LOG_NAME", "PILOT_RECORDS_SEED", "Pilot", "run_pilot"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from audits import canary as cn
-from audits.dpgrpo_input_prompts import OPTIONS
+from audits.dpgrpo.input_prompts import OPTIONS
 
 __all__ = ["InputCanary", "LogOddsDelta", "PolicyView", "input_canaries", "score_model_view"]
 

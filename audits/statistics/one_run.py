@@ -1,7 +1,7 @@
 """One-run canary audits (Steinke, Nasr & Jagielski 2023): reports from counts (`from_counts`) or from canary scores
 and the sealed inclusion coins (`from_scores`). Proofs and conventions: docs/audits.md, "Proof notes".
 
-The statistics live in `audits.pvalue` and are re-exported here (`p_value`, `eps_lower`, `search_eps_lower`,
+The statistics live in `audits.statistics.pvalue` and are re-exported here (`p_value`, `eps_lower`, `search_eps_lower`,
 `ceiling`, `min_correct`, ...): `p_value(m, r, v, eps, delta)` is a valid p-value for V ≥ v correct guesses under
 per-canary (ε, δ)-DP, and `eps_lower(m, r, v, delta, p) = inf{ε ≥ 0 : p_value(ε) ≥ p}`.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from audits import canary as cn
-from audits import report
-from audits import strategies as st
-from audits.pvalue import (
+from audits.statistics import report
+from audits.statistics import strategies as st
+from audits.statistics.pvalue import (
     BISECTION_WIDTH,
     EPS_CAP,
     MAX_CANARIES,
@@ -26,7 +26,7 @@ from audits.pvalue import (
     p_value_unchecked,
     search_eps_lower,
 )
-from audits.report import AuditReport
+from audits.statistics.report import AuditReport
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
