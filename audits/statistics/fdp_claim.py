@@ -34,9 +34,10 @@ from privcheck.accounting import (
 )
 from privcheck.accounting.pld_certified import NOISE_RANGE
 from privcheck.errors import InvalidParameter
+from privcheck.randomness import RandomnessPolicy
 
-__all__ = ["CLAIM_FAMILY_PREFIX", "PROFILE_DELTAS", "ClaimCurve", "claim_curve", "claim_eps_lower",
-           "claim_family_label", "fdp_claim_curve", "grid_search", "member", "member_epsilon"]
+__all__ = ["CLAIM_FAMILY_PREFIX", "PLAN_SIMS", "PROFILE_DELTAS", "ClaimCurve", "claim_curve", "claim_eps_lower",
+           "claim_family_label", "fdp_claim_curve", "grid_search", "member", "member_epsilon", "planned_eps_lower"]
 
 CLAIM_FAMILY_PREFIX = "claim_family:"
 # The δ of the (ε, δ) lines behind each curve: 55 points, 1e-14 … 0.5, log-spaced (4 per decade). The recursion
@@ -47,6 +48,7 @@ _K_MAX = math.ceil(24 * math.log(2.0) / _GRID_STEP)   # s up to 2^24: beyond, no
 _PROXY_LINES = 256
 _PROXY_INTERVAL = 1e-3
 _EVAL_SAMPLES = 4            # planning: the chosen rule's counts are averaged over 4 fresh reference samples
+PLAN_SIMS = 100              # planning: simulated audits of the chosen rule behind the Monte Carlo quantiles
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,7 +272,7 @@ def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, 
 
 
 def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 40,
-                      refine: int = 12, seed: int = 0) -> dict:
+                      refine: int = 12, sims: int = PLAN_SIMS, seed: int = 0) -> dict:
     """Planned claim-curve ε_lower for m canaries (audits.statistics.power style, expected counts): the guess rule is
     chosen on simulated scores only (pre-registrable), then the method runs at its expected counts. Rules: top-only and
     balanced rules on a `points`-point log grid of guess counts, then `refine` more counts of the best kind between
@@ -278,9 +280,23 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     (seeded). Each rule is ranked by the proxy curve's least rejected grid member (a rule is searched only when it
     beats the best so far). The chosen rule's counts are then drawn afresh (_EVAL_SAMPLES more independent
     reference samples, averaged), so that choosing the best of many rules does not inflate the forecast, and its
-    ε_lower is computed with the certified curves, as the audit would. Returns the ε_lower, the rule, its counts,
-    the Steinke planned bound of the same counts, the noise scale and the claimed ε. A forecast, not a bound."""
-    from audits.statistics.power import GuessRule, guess_counts, parse_score_model, reference_counts
+    ε_lower is computed with the certified curves, as the audit would. Monte Carlo: `sims` simulated audits of the
+    chosen rule (S_i ~ Bern(1/2), scores from the model; `audits.statistics.power.simulate_correct` in the power
+    plan's seeded tasks) give correct counts v_1..v_sims; `mc_p10`, `mc_median`, `mc_p90` are the ε_lower of the
+    counts at those quantiles (inverted-CDF quantiles, so each is a simulated count). ε_lower is non-decreasing in v
+    at fixed (m, r) (a count with more correct guesses rejects every member a smaller count rejects; tested in
+    tests/audits/test_fdp_claim.py), so these are the quantiles of the audits' ε_lower. `mc_median` is the
+    typical audit's figure; `eps_lower` (at ⌊mean count⌋) can be a whole correct guess below it when r is small.
+    Returns the ε_lower figures, the rule, its counts, the Steinke planned bound of the same counts, the noise
+    scale and the claimed ε. A forecast, not a bound."""
+    from audits.statistics.power import (
+        GuessRule,
+        guess_counts,
+        mc_tasks,
+        parse_score_model,
+        reference_counts,
+        simulate_correct,
+    )
 
     m = val.count("m", m, 1, MAX_CANARIES)
     event = _check_event(event)
@@ -288,6 +304,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     p = val.significance(val.open_unit("confidence", confidence))
     points = val.count("points", points, 2, 400)
     refine = val.count("refine", refine, 0, 400)
+    sims = val.count("sims", sims, 1, 10_000)
     model = parse_score_model(score_model) if isinstance(score_model, str) else score_model
     rng = np.random.default_rng(seed)
     ks = guess_counts(m, points)
@@ -324,10 +341,17 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     eps_claimed = epsilon(event, delta).value
     if best["k"] is None:
         return {"eps_lower": 0.0, "k_plus": None, "k_minus": None, "correct": None, "eps_lower_steinke": 0.0,
-                "noise_scale": None, "eps_claimed": eps_claimed}
+                "noise_scale": None, "eps_claimed": eps_claimed, "mc_p10": 0.0, "mc_median": 0.0, "mc_p90": 0.0,
+                "mc_correct": None, "sims": sims}
     fresh = [reference_counts(model, m, [best["rule"]], rng) for _ in range(_EVAL_SAMPLES)]   # no winner's curse
     r, v = best["r"], sum(c for _, (c,) in fresh) // sum(ratio for ratio, _ in fresh)
     out = claim_eps_lower(m, r, v, event, delta, p, hint=best["k"])
+    policy = RandomnessPolicy.seeded(seed)
+    v_sim = np.concatenate([simulate_correct(model, m, best["rule"], n, np.random.default_rng(task_seed))
+                            for n, task_seed in mc_tasks(m, sims, policy)])
+    v_q = [int(np.quantile(v_sim, q, method="inverted_cdf")) for q in (0.1, 0.5, 0.9)]
+    eps_q = [claim_eps_lower(m, r, c, event, delta, p, hint=best["k"])["eps_lower"] for c in v_q]
     return {"eps_lower": out["eps_lower"], "k_plus": best["rule"].k_plus, "k_minus": best["rule"].k_minus,
             "correct": v, "eps_lower_steinke": eps_lower(m, r, v, delta, p), "noise_scale": out["s"],
-            "eps_claimed": eps_claimed}
+            "eps_claimed": eps_claimed, "mc_p10": eps_q[0], "mc_median": eps_q[1], "mc_p90": eps_q[2],
+            "mc_correct": tuple(v_q), "sims": sims}

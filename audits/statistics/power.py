@@ -63,7 +63,8 @@ __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling"
            "PowerReport", "PowerVerdict", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "UNDERPOWERED_FRACTION",
            "VERDICT_KEYS", "assess", "canaries_needed", "canaries_to_reach", "ceiling", "check_fraction",
            "default_k_grid", "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss",
-           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "reference_counts", "validate_plan_inputs"]
+           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "reference_counts", "simulate_correct",
+           "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
 CEILING_GRID_POINTS = 24          # r grid of the ceiling (plus r = m)
@@ -338,7 +339,7 @@ def reference_counts(model: ScoreModel, m: int, rules, rng) -> tuple[int, list[i
     return ratio, [int(in_from_top[ratio * r.k_plus] + out_from_bottom[ratio * r.k_minus]) for r in rules]
 
 
-def _simulate_correct(model: ScoreModel, m: int, rule: GuessRule, sims: int, rng) -> np.ndarray:
+def simulate_correct(model: ScoreModel, m: int, rule: GuessRule, sims: int, rng) -> np.ndarray:
     """Correct guesses of `rule` in `sims` simulated audits (S_i ~ Bern(1/2) i.i.d.; canary order = position).
 
     Scores are i.i.d. given each canary's own bit, so breaking ties by position is as good as a random key.
@@ -370,7 +371,7 @@ def mc_tasks(m: int, sims: int, policy: RandomnessPolicy) -> tuple[tuple[int, in
 def _mc_task(item) -> np.ndarray:
     """One Monte Carlo task (run by `audits.backends.run_tasks`): correct counts of `n` audits from `seed`."""
     model, m, rule, n, seed = item
-    return _simulate_correct(model, m, rule, n, np.random.default_rng(seed))
+    return simulate_correct(model, m, rule, n, np.random.default_rng(seed))
 
 
 # ---------------------------------------------------------------------------------------------------------------------

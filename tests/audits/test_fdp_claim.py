@@ -19,6 +19,7 @@ from privcheck.artifacts import validate
 from privcheck.errors import InvalidParameter
 
 GAUSS = PoissonGaussianEvent(1.0, 1.0, 1)          # q = T = 1, σ = 1: the Gaussian mechanism, μ = 1
+GAUSS_EXACT = GaussianEvent(1.0)                   # the same mechanism as a GaussianEvent (analytic ε per δ)
 ALPHAS = [float(a) for a in np.concatenate([np.logspace(-8, -1, 15), np.linspace(0.1, 0.99, 12)])]
 
 
@@ -235,3 +236,27 @@ def test_cli_passes_counts_and_history_event_to_the_method(capsys, monkeypatch):
     assert code == 3 and "stub reached" in capsys.readouterr().err
     assert (seen["m"], seen["r"], seen["v"], seen["delta"]) == (1000, 100, 90, 1e-5)
     assert seen["event"] == CompositionHistory((PoissonGaussianEvent(0.5, 1.0, 2),))
+
+
+def test_eps_lower_is_non_decreasing_in_the_correct_count():
+    """The planner maps Monte Carlo quantiles of the correct count v to quantiles of ε_lower, which needs ε_lower
+    non-decreasing in v at fixed (m, r). Checked on the Gaussian claim (closed-form ε, so fast) at m = 1000,
+    r = 100, v = 60 … 100; the values must also rise strictly from the first rejected count on (a test that could
+    not fail would be flat)."""
+    eps = [fc.claim_eps_lower(1000, 100, v, GAUSS_EXACT, 1e-5, 0.05)["eps_lower"] for v in range(60, 101, 5)]
+    assert all(a <= b for a, b in zip(eps, eps[1:])), eps
+    assert eps[-1] > eps[-2] > 0.0
+
+
+def test_planned_monte_carlo_quantiles_are_counts_of_simulated_audits():
+    """The Monte Carlo figures of the planner: three simulated counts in order, each figure the search's ε_lower at
+    that count (recomputed here), ordered like the counts; seeded, so the same twice."""
+    kwargs = dict(event=GAUSS_EXACT, delta=1e-5, score_model="gdp:2", points=8, refine=0, sims=40, seed=3)
+    out = fc.planned_eps_lower(1000, **kwargs)
+    r = out["k_plus"] + out["k_minus"]
+    lo, mid, hi = out["mc_correct"]
+    assert 0 <= lo <= mid <= hi <= r
+    for c, key in zip(out["mc_correct"], ("mc_p10", "mc_median", "mc_p90")):
+        assert out[key] == fc.claim_eps_lower(1000, r, c, GAUSS_EXACT, 1e-5, 0.05)["eps_lower"]
+    assert out["mc_p10"] <= out["mc_median"] <= out["mc_p90"]
+    assert fc.planned_eps_lower(1000, **kwargs) == out
