@@ -193,10 +193,10 @@ def test_planned_gaussian_m1e5_figure_and_soundness():
     the GDP conversion of that μ_lower (audits.statistics.gdp.eps_of_mu), itself below the claimed ε = 4.3772."""
     from audits.statistics.gdp import eps_of_mu
     out = fc.planned_eps_lower(10**5, event=GAUSS, delta=1e-5, score_model="gdp:1")
-    assert (out["k_plus"], out["k_minus"], out["correct"]) == (325, 325, 626)
-    assert out["eps_lower"] == pytest.approx(3.308, abs=5e-3)
+    assert (out["k_plus"], out["k_minus"], out["correct"]) == (498, 498, 955)
+    assert out["eps_lower"] == pytest.approx(3.331, abs=5e-3)
     assert out["eps_claimed"] == pytest.approx(4.3772, abs=1e-4)
-    mu_exact = fdp_mu_lower(10**5, 650, 626, 0.05)[0]
+    mu_exact = fdp_mu_lower(10**5, 996, 955, 0.05)[0]
     assert mu_exact >= 1 / out["noise_scale"]
     assert out["eps_lower"] <= eps_of_mu(mu_exact, 1e-5) < out["eps_claimed"]
 
