@@ -68,19 +68,22 @@ def test_a_simulated_run_without_noise_is_rejected_at_the_default_plan(pilot, tm
     guard = audit.power.noiseless
     assert guard["guarded"] and guard["miss_bound"] <= 1e-6 and audit.preregistration.k_minus == 0
     assert (audit.preregistration.k_plus, audit.preregistration.k_minus) == (audit.power.k_plus, 0)
+    assert audit.power.k_plus == 148                          # the figures of docs/audits.md, "Runs without noise"
     honest = _audited(audit, RUN["noise_multiplier"], tmp_path, "honest")
     assert honest.result["rejects_nominal"] is False and honest.result["eps_lower"] < 0.5 * audit.epsilon
+    assert honest.result["eps_lower"] == pytest.approx(0.71, abs=0.01)
     audit = input_space.prepare(**RUN, **kw)                  # a fresh membership object (a reveal happens once)
     noiseless = _audited(audit, 0.0, tmp_path, "noiseless")
     assert noiseless.result["rejects_nominal"] is True and noiseless.result["eps_lower"] > audit.epsilon
     assert noiseless.result["correct"] == noiseless.result["guesses"] == audit.power.k_plus
+    assert noiseless.result["eps_lower"] == pytest.approx(3.86, abs=0.01)
 
     unguarded = input_space.prepare(score_model=Empirical(pilot_in, pilot_out), epsilon=audit.epsilon,
                                     **{k: v for k, v in kw.items() if not k.startswith("pilot")})
     assert unguarded.power.noiseless is None and unguarded.score_model.never_sampled is None
-    assert unguarded.preregistration.k_minus > 0
+    assert (unguarded.preregistration.k_plus, unguarded.preregistration.k_minus) == (7, 7)
     missed = _audited(unguarded, 0.0, tmp_path, "unguarded")
-    assert missed.result["rejects_nominal"] is False
+    assert missed.result["rejects_nominal"] is False and missed.result["eps_lower"] == pytest.approx(1.40, abs=0.01)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
