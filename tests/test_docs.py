@@ -93,7 +93,7 @@ ELSEWHERE = {
         "tests/integrations/test_opacus_whole_run.py::test_docs_whole_run_example_passes",
     ("docs/integrations/trl.md", "results = {r.name: r for r in run_suite("):
         "tests/integrations/test_trl.py::test_example_trains_and_passes_the_fast_checks",
-    ("docs/integrations/trl.md", "audit_scores_file(\"scores.csv\""):
+    ("docs/integrations/trl.md", "audit.analyse("):
         "tests/integrations/test_trl.py::test_example_audited",
     ("docs/integrations/trl.md", "run_public_outputs"):
         "tests/integrations/test_trl_run.py::test_docs_whole_run_example",

@@ -12,7 +12,8 @@ Models:
   with `B_t ~ Bern(q)` if included and 0 if not, `Z_t ~ N(0, 1)`, `s = sqrt(1 + τ²)`. `stat="llr"` scores
   `Σ_t log(1 − q + q·exp((y_t/σ − 1/(2σ²))/s²))`, the Neyman–Pearson statistic of the per-step observations;
   `stat="sum"` scores `Σ_t y_t/√T` (the final-model coordinate of plain SGD).
-* `Empirical(in_scores, out_scores)`: resampled with replacement from a pilot's scores.
+* `Empirical(in_scores, out_scores[, sampling_rate, steps])`: resampled with replacement from a pilot's scores; with
+  the run's q and T it also carries (1 − q)^T for the noiseless guard.
 
 Assumptions and numerics: canaries are independent given their bits (no interference between canaries beyond τ).
 The LLR is a symmetric function of the steps, so an included canary's K ~ Bin(T, q) inclusions are placed on its
@@ -228,21 +229,43 @@ def _row_sums(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Empirical(ScoreModel):
-    """Scores resampled with replacement from a pilot (whose inclusion coins are independent of the audit's)."""
+    """Scores resampled with replacement from a pilot (whose inclusion coins are independent of the audit's).
+
+    `sampling_rate`, `steps` (both or neither): the audited run's public Poisson rate q and step count T, when the
+    pilot is a run of a subsampled noisy mechanism with the same q and T. They do not change the draws (the pilot's
+    in-scores already hold its never-sampled canaries); they give `never_sampled` = (1 − q)^T, so the planner's
+    noiseless guard applies under its separation assumption (docs/audits.md, "Runs without noise")."""
 
     in_scores: np.ndarray = field(repr=False)
     out_scores: np.ndarray = field(repr=False)
+    sampling_rate: float | None = None
+    steps: int | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "in_scores", _pilot_scores("in_scores", self.in_scores))
         object.__setattr__(self, "out_scores", _pilot_scores("out_scores", self.out_scores))
+        if (self.sampling_rate is None) != (self.steps is None):
+            raise InvalidParameter("sampling_rate" if self.sampling_rate is None else "steps", None,
+                                   "sampling_rate and steps given together (the run's q and T), or neither")
+        if self.sampling_rate is not None:
+            object.__setattr__(self, "sampling_rate", val.sampling_rate("sampling_rate", self.sampling_rate))
+            object.__setattr__(self, "steps", val.count("steps", self.steps, 1, MAX_STEPS))
 
     @property
     def name(self) -> str:
-        return f"empirical(n_in={self.in_scores.size}, n_out={self.out_scores.size})"
+        run = "" if self.sampling_rate is None else f", q={self.sampling_rate!r}, T={self.steps}"
+        return f"empirical(n_in={self.in_scores.size}, n_out={self.out_scores.size}{run})"
 
     def params(self) -> dict:
-        return {"n_in": int(self.in_scores.size), "n_out": int(self.out_scores.size)}
+        run = {} if self.sampling_rate is None else {"q": self.sampling_rate, "T": self.steps}
+        return {"n_in": int(self.in_scores.size), "n_out": int(self.out_scores.size), **run}
+
+    @property
+    def never_sampled(self) -> float | None:
+        """(1 − q)^T when the run's q and T are given, else None (no noiseless guard)."""
+        if self.sampling_rate is None:
+            return None
+        return math.exp(self.steps * math.log1p(-self.sampling_rate)) if self.sampling_rate < 1 else 0.0
 
     def draw(self, included, rng):
         included = np.asarray(included, dtype=bool)

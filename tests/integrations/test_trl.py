@@ -53,7 +53,7 @@ def _example() -> str:
 
 
 def _audit_block() -> str:
-    return next(b for b in _python_blocks(DOC.read_text()) if "audit_scores_file" in b)
+    return next(b for b in _python_blocks(DOC.read_text()) if "audit.analyse(" in b)
 
 
 def _count(block: str) -> int:
@@ -117,23 +117,46 @@ def test_examples_are_short_and_counted():
     assert f"## How to audit ({audit - 3} more lines)" in text
 
 
-def test_example_audited(tmp_path, example, monkeypatch):
-    """The docs' audit block, run after the training block: commitment, canaries in the data, scores, audit."""
+def _weak_pilot():
+    """A stand-in for the public pilot's scores: 200 normal quantiles, the in-scores shifted by μ = 0.1415
+    (AUROC Φ(μ/√2) ≈ 0.54, a weak score as on the tiny model)."""
+    import numpy as np
+    from scipy.stats import norm
+
+    base = norm.ppf((np.arange(200) + 0.5) / 200)
+    return base + 0.1415, base
+
+
+def test_example_audited(tmp_path, example, monkeypatch, capsys):
+    """The docs' audit block, run after the training block: prepare (plan, coins, commitment), canaries in the
+    data, scores, audit with the plan's verdict."""
     from datasets import Dataset
+
+    from privcheck.accounting import PoissonGaussianEvent, epsilon
 
     monkeypatch.chdir(tmp_path)
     tok = tiny_tokenizer()
     canaries = Dataset.from_dict(addition_dataset(24, seed=5).to_dict())
+    pilot_in, pilot_out = _weak_pilot()
     ns = dict(example)
-    ns.update(model=tiny_model(), tokenizer=tok, canaries=canaries,
+    ns.update(model=tiny_model(), tokenizer=tok, canaries=canaries, pilot_in=pilot_in, pilot_out=pilot_out,
               score=lambda model, row: answer_logprob(model, tok, row))
     exec(compile(_audit_block(), str(DOC), "exec"), ns)  # noqa: S102 - the documented example
-    report, trainer = ns["report"], ns["trainer"]
+    report, trainer, audit = ns["report"], ns["trainer"], ns["audit"]
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == audit.verdict.line and printed[-1].startswith("UNDERPOWERED: ")
     assert trainer.dp_config.n == 6 + 24 and trainer.t == 2
     assert len(trainer.train_dataset) == 6 + int(ns["present"].sum())
     assert (tmp_path / "scores.csv").stat().st_mode & 0o777 == 0o600
-    assert report.canaries["membership_commitment"] == ns["commitment"]
-    assert report.result["guesses"] == 4
+    # the plan's claim is the trainer's: its δ, and its ε from the event (q = 0.5, σ = 1, T = 2) by the accountant
+    assert audit.delta == trainer.plan.delta
+    assert audit.epsilon == pytest.approx(trainer.privacy_claim["epsilon"], rel=1e-9)
+    assert audit.epsilon == epsilon(PoissonGaussianEvent(0.5, 1.0, 2), 1 / 300).value
+    assert report.canaries["membership_commitment"] == audit.commitment
+    prereg = audit.preregistration
+    assert (report.guessing["k_plus"], report.guessing["k_minus"]) == (prereg.k_plus, prereg.k_minus)
+    assert report.result["guesses"] == prereg.k_plus + prereg.k_minus
+    assert report.warning == audit.warning == audit.verdict.line and report.power["underpowered"] is True
     # a valid audit rejects a true claim with probability ≤ 1 − confidence = 5% over the coins; here every source
     # of randomness is seeded (coins seed=1, dp_seed=0, generation), so the outcome is fixed, not flaky, and the
     # weak score of the tiny model (guesses near chance) leaves the bound near 0, far below the claimed ε
