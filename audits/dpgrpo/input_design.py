@@ -18,7 +18,7 @@ from audits.statistics.power import PowerReport
 from audits.statistics.power import plan as power_plan
 from audits.statistics.score_models import Empirical
 
-__all__ = ["CANARY_TYPE", "SCORE_NAME", "InputAuditDesign", "design_input_audit"]
+__all__ = ["CANARY_TYPE", "SCORE_NAME", "InputAuditDesign", "design_input_audit", "pilot_model"]
 
 CANARY_TYPE = "input_space"
 SCORE_NAME = "loss_delta_vs_base"
@@ -51,8 +51,14 @@ class InputAuditDesign(CanaryIds):
 
     @property
     def score_model(self) -> Empirical:
-        """The plan's score model (the pilot's empirical in/out scores)."""
-        return self.pilot.score_model
+        """The plan's score model: the pilot's empirical in/out scores with the audited run's public q and T."""
+        return pilot_model(self.pilot, self.plan)
+
+
+def pilot_model(pilot: Pilot, plan) -> Empirical:
+    """The pilot's scores with the audited run's public q and T, so that the planner's noiseless guard applies
+    (docs/audits.md, "Runs without noise")."""
+    return Empirical(pilot.in_scores, pilot.out_scores, plan.sampling_rate, plan.steps)
 
 
 def design_input_audit(spec: AuditPreset, model, tokenizer, plan, config, *, canaries: tuple[InputCanary, ...],
@@ -65,7 +71,7 @@ def design_input_audit(spec: AuditPreset, model, tokenizer, plan, config, *, can
     pilot = run_pilot(spec, model, tokenizer, config, prompts=pilot_prompts, seed=seed,
                       log_path=private / PILOT_LOG_NAME, trainer_cls=trainer_cls)
     power = power_plan(m, delta=plan.delta, confidence=confidence, eps_nominal=plan.epsilon().value,
-                       score_model=pilot.score_model, sims=plan_sims, seed=seed)
+                       score_model=pilot_model(pilot, plan), sims=plan_sims, seed=seed)
     prereg = cn.Preregistration(m=m, delta=plan.delta, confidence=confidence, selection="explicit",
                                 k_plus=power.k_plus, k_minus=power.k_minus, canary_type=CANARY_TYPE,
                                 score=SCORE_NAME, tie_break_seed=cn.TIE_BREAK_SEED, commitment=commitment)

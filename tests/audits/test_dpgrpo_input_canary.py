@@ -87,7 +87,10 @@ def test_bound_is_valid_and_below_the_certified_epsilon(audit):
 def test_guess_rule_comes_from_a_public_pilot_before_training(audit):
     rep, design = audit.report, audit.design
     pilot, power = design.pilot, design.power
-    assert power.score_model == f"empirical(n_in={PILOT // 2}, n_out={PILOT // 2})" == rep.power["score_model"]
+    # the pilot's scores with the run's public q and T (the noiseless guard's never-sampled fraction (1 − q)^T)
+    assert power.score_model == f"empirical(n_in={PILOT // 2}, n_out={PILOT // 2}, q={Q!r}, T={T})" \
+        == rep.power["score_model"]
+    assert power.noiseless is not None
     assert pilot.in_scores.size == pilot.out_scores.size == PILOT // 2          # balanced pilot coins
     assert not set(pilot.prompts) & {c.prompt for c in design.canaries}         # public prompts apart
     assert (rep.guessing["k_plus"], rep.guessing["k_minus"]) == (power.k_plus, power.k_minus)
@@ -399,7 +402,8 @@ def test_cli_input_binary_json_artifact_and_plots(tmp_path, capsys, lightly_pret
         ("input_space", "loss_delta_vs_base", CLI_M)
     assert doc["claim"]["mechanism"]["params"]["n_canary"] == CLI_M and doc["claim"]["mechanism"]["params"]["q"] == Q
     assert doc["claim"]["mechanism"]["params"]["steps"] == CLI_T
-    assert doc["power"]["score_model"] == f"empirical(n_in={CLI_M // 2}, n_out={CLI_M // 2})"   # pilot = --canaries
+    assert doc["power"]["score_model"] == (f"empirical(n_in={CLI_M // 2}, n_out={CLI_M // 2}, "
+                                          f"q={Q!r}, T={CLI_T})")   # pilot = --canaries; the run's q, T
     saved = json.loads((out / "audit.json").read_text())
     assert saved == {k: v for k, v in doc.items() if k in saved}
     for name in ("scores.png", "bound_vs_m.png"):
