@@ -319,13 +319,16 @@ def load_scores(path) -> ScoresFile:
 
 def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: int | None = None,
                       k_minus: int | None = None, eps_nominal: float | None = None, tie_break_seed: int | None = None,
-                      power=None, claim=None):
+                      power=None, claim=None, score_model=None, plan_sims: int = 200, plan_seed: int | None = None):
     """The one-run audit (`audits.statistics.one_run.from_scores`, explicit guess rule) of a scores file; an
     AuditReport.
 
     k₊ (top-ranked guessed "included") and k₋ (bottom-ranked guessed "left out", default 0) must be fixed before
     the reveal; with a preregistration in the file they default to its values (and every value the audit uses
     must agree with it: δ, confidence, m, k₊, k₋, tie-break seed). `eps_nominal`: the claimed ε to test.
+    `score_model` (a ScoreModel or a string of `audits.statistics.power.parse_score_model`; not with `power`): the
+    report's `power` block is the plan of this audit's own rule under that model (`plan_sims` simulated audits,
+    seeded by `plan_seed`) and its verdict (`audits.statistics.power.planned_verdict`).
     """
     from audits.statistics.one_run import from_scores
     from audits.statistics.pvalue import MAX_CANARIES
@@ -339,6 +342,14 @@ def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: i
             val.count(name, value, 0, MAX_CANARIES)
     if tie_break_seed is not None:
         val.seed("tie_break_seed", tie_break_seed)
+    if score_model is not None:
+        from audits.statistics.power import parse_score_model
+        if power is not None:
+            raise InvalidParameter("score_model", score_model, "not given together with power")
+        score_model = parse_score_model(score_model)
+        plan_sims = val.count("plan_sims", plan_sims)
+        if plan_seed is not None:
+            val.seed("plan_seed", plan_seed)
     loaded = load_scores(path)
     prereg = loaded.preregistration
     if prereg is not None:
@@ -349,6 +360,11 @@ def audit_scores_file(path, *, delta: float, confidence: float = 0.95, k_plus: i
         raise InvalidParameter("k_plus", None, "an integer >= 0 fixed before the reveal (or a preregistration in "
                                                "the scores file)")
     k_minus = 0 if k_minus is None else k_minus
+    if score_model is not None:
+        from audits.statistics.power import planned_verdict
+        power = planned_verdict(len(loaded.scores), delta=delta, confidence=confidence, eps_nominal=eps_nominal,
+                                score_model=score_model, rules=[(k_plus, k_minus)] if k_plus + k_minus else None,
+                                sims=plan_sims, seed=plan_seed)
     return from_scores(loaded.scores, loaded.signs, delta=delta, confidence=confidence, k_plus=k_plus,
                        k_minus=k_minus, eps_nominal=eps_nominal, tie_break_seed=tie_break_seed, preregistration=prereg,
                        power=power, claim=claim,

@@ -305,7 +305,12 @@ SPECS = [
         "--scores": Flag((), ("{missing}", "{file}", "{dir}", "/proc/self/x", ""), blame=("canaries",)),
         "--k-plus": Flag((), ("1", "-1", BIG)), "--k-minus": Flag((), ("0", "-1")),
         "--delta": half_open_unit(), "--confidence": PROB,
-        "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG},
+        "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG,
+        # the plan's flags draw hostile values only: --plan-sims and --seed are refused without --score-model, and a
+        # valid plan is tested in tests/audits/test_one_run_plan.py
+        "--score-model": Flag((), ("", "bogus", "gdp:", "gdp:-1", "gdp:nan", "dpsgd_dirac:2,1,10,llr"),
+                              blame=("q", "sigma", "T", "mu", "stat")),
+        "--plan-sims": Flag((), ("0", "-1", "1.5", "x", BIG)), "--seed": Flag((), seed().hostile)},
         required=("--canaries", "--guesses", "--correct", "--delta"), writes=True, files=SCORES_FILES),
     Spec(("audit", "clopper-pearson"), RUNS_BASE, {
         "--runs-in": count(1, 10**6, ("10", "1000000")), "--runs-out": count(1, 10**6, ("10", "1000000")),

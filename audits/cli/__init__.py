@@ -12,7 +12,9 @@ artifact DIR/audit.json; inputs are validated before anything is written, and ba
 
 from __future__ import annotations
 
-from privcheck.cli_args import integer, number
+from privcheck.cli_args import integer, number, seed
+
+PLAN_SIMS = 200          # simulated audits of a plan made by `one-run --score-model` (as `audit power`)
 
 __all__ = ["add_count_args", "add_level_args", "add_out_arg", "ceiling_rows", "check_counts", "claimed_output",
            "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report", "emit_with_plan",
@@ -37,6 +39,15 @@ def register(verbs: dict, common) -> None:
                         "else 0)")
     add_level_args(o)
     o.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
+    o.add_argument("--score-model", default=None, metavar="SPEC",
+                   help="plan the audit under this score model, as `audit power` does (perfect | gdp:MU | "
+                        "dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU]): planned ε_lower, Monte Carlo spread, and UNDERPOWERED "
+                        "with the canary count that would reach --epsilon-nominal; with --scores the plan is of the "
+                        "audit's own rule (k₊, k₋)")
+    o.add_argument("--plan-sims", type=integer, default=None,
+                   help=f"with --score-model: simulated audits of the plan (default {PLAN_SIMS})")
+    o.add_argument("--seed", type=seed, default=None,
+                   help="with --score-model: seed of the plan's simulation, in [0, 2^63 − 1] (default: OS entropy)")
     add_out_arg(o)
     o.set_defaults(func=cmd_one_run)
 
@@ -185,9 +196,19 @@ def _check_runs(args, hypotheses: str) -> None:
 
 
 def _one_run_inputs(args) -> None:
-    """Counts xor a scores file; k₊/k₋ only with a scores file (InvalidParameter before any work)."""
+    """Counts xor a scores file; k₊/k₋ only with a scores file; the plan's flags only with --score-model
+    (InvalidParameter before any work)."""
+    from audits.statistics.score_models import parse_score_model
+    from privcheck import validation as val
     from privcheck.errors import InvalidParameter
 
+    if args.score_model is None:
+        for name in ("plan_sims", "seed"):
+            if getattr(args, name) is not None:
+                raise InvalidParameter(name, getattr(args, name), "only with --score-model SPEC")
+    else:
+        args.score_model = parse_score_model(args.score_model)
+        args.plan_sims = val.count("plan_sims", PLAN_SIMS if args.plan_sims is None else args.plan_sims)
     counts = {"canaries": args.canaries, "guesses": args.guesses, "correct": args.correct}
     if args.scores is not None:
         for name, value in counts.items():
@@ -201,6 +222,11 @@ def _one_run_inputs(args) -> None:
         if getattr(args, name) is not None:
             raise InvalidParameter(name, getattr(args, name), "only with --scores FILE")
     check_counts(args)
+    if args.score_model is not None:
+        from audits.statistics.power import validate_plan_inputs
+        validate_plan_inputs(args.canaries, delta=args.delta, confidence=args.confidence,
+                             eps_nominal=args.epsilon_nominal, score_model=args.score_model, sims=args.plan_sims,
+                             seed=args.seed)
 
 
 def cmd_one_run(args) -> int:
@@ -214,8 +240,17 @@ def _one_run(args, out) -> int:
     _one_run_inputs(args)
     if args.scores is not None:
         return _one_run_scores(args, out)
+    power = None
+    if args.score_model is not None:
+        from audits.statistics.power import planned_verdict
+        # the audit's own r guesses, top-only or split evenly (the counts do not say which): the plan's
+        # min_correct_for_nominal then speaks of these r guesses
+        r = args.guesses
+        power = planned_verdict(args.canaries, delta=args.delta, confidence=args.confidence,
+                                eps_nominal=args.epsilon_nominal, score_model=args.score_model, sims=args.plan_sims,
+                                seed=args.seed, rules=[(r, 0), ((r + 1) // 2, r // 2)] if r else None)
     rep = from_counts(args.canaries, args.guesses, args.correct, delta=args.delta, confidence=args.confidence,
-                      eps_nominal=args.epsilon_nominal)
+                      eps_nominal=args.epsilon_nominal, power=power)
     r = rep.result
     rows = [("eps_lower", r["eps_lower"]), ("canaries / guesses / correct", f"{args.canaries} / {args.guesses} / "
                                                                            f"{args.correct}"),
@@ -234,7 +269,8 @@ def _one_run_scores(args, out) -> int:
     from audits.scores_file import audit_scores_file
 
     rep = audit_scores_file(args.scores, delta=args.delta, confidence=args.confidence, k_plus=args.k_plus,
-                            k_minus=args.k_minus, eps_nominal=args.epsilon_nominal)
+                            k_minus=args.k_minus, eps_nominal=args.epsilon_nominal, score_model=args.score_model,
+                            plan_sims=args.plan_sims or PLAN_SIMS, plan_seed=args.seed)
     r, g, c = rep.result, rep.guessing, rep.canaries
     rows = [("eps_lower", r["eps_lower"]),
             ("canaries / guesses / correct", f"{c['m']} / {r['guesses']} / {r['correct']}"),

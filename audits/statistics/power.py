@@ -63,7 +63,8 @@ __all__ = ["BoundCurve", "CANARIES_SEARCH_MAX", "CEILING_GRID_POINTS", "Ceiling"
            "PowerReport", "PowerVerdict", "REFERENCE_MIN_SCORES", "SIMS_BLOCK_SCORES", "UNDERPOWERED_FRACTION",
            "VERDICT_KEYS", "assess", "canaries_needed", "canaries_to_reach", "ceiling", "check_fraction",
            "default_k_grid", "guess_counts", "max_draws_per_score", "mc_tasks", "min_correct", "noiseless_miss",
-           "nominal_epsilon", "plan", "plot_bound_vs_canaries", "reference_counts", "simulate_correct",
+           "nominal_epsilon", "plan", "planned_verdict", "plot_bound_vs_canaries", "reference_counts",
+           "simulate_correct",
            "validate_plan_inputs"]
 
 DEFAULT_GRID_POINTS = 40          # about 40 log-spaced guess counts per plan
@@ -808,6 +809,19 @@ def assess(power, *, eps_claim=None, delta=None, confidence=None, m=None, fracti
             else f"UNDERPOWERED: {planned_text}{with_m}")
     return PowerVerdict(True, eps_claim=eps_claim, canaries_needed=needed, canaries_basis=basis,
                         line=f"{line}; {tail}", **common)
+
+
+def planned_verdict(m, *, delta, confidence, eps_nominal, score_model, rules=None, sims=200, seed=None,
+                    fraction=UNDERPOWERED_FRACTION, search_canaries=True) -> PowerVerdict:
+    """The plan of one audit and its verdict, as the audit's report carries them: `plan` of m canaries over its
+    default grid, or over `rules` (the audit's own (k₊, k₋), or the shapes its guess count allows) when given, then
+    `assess` at `fraction` of `eps_nominal`, searching the canary count under the same score model when
+    underpowered (`search_canaries`). Used by `audit one-run --score-model` and
+    `audits.scores_file.audit_scores_file(score_model=...)`."""
+    report = plan(m, delta=delta, confidence=confidence, eps_nominal=eps_nominal, score_model=score_model,
+                  k_grid=None if rules is None else [tuple(rule) for rule in rules], sims=sims, seed=seed)
+    model = parse_score_model(score_model)
+    return assess(report, fraction=fraction, score_model=model if search_canaries else None, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
