@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
+from audits.statistics.both_bounds import with_claim_curve
 from audits.statistics.one_run import from_scores
 from audits.statistics.power import PowerReport, max_draws_per_score
 from audits.statistics.power import plan as power_plan
@@ -690,7 +691,8 @@ def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership
               "mask_reserved_for_real_records": design.mask_real, "config_sha256": design.config.sha256()}
     params.update(mechanism_params or {})
     rep = preregistered_report(frozen, membership, design, params, diagnostics=_diagnostics(diag_lines, signs, design))
-    return rep, frozen, signs
+    # the second bound: the same counts against the audited plan's own curve (audits.statistics.both_bounds)
+    return with_claim_curve(rep, design.plan.event), frozen, signs
 
 
 # ---------------------------------------------------------------------------------------------------------------------
