@@ -39,6 +39,7 @@ from audits.dpgrpo.gradient_canary import (
     reserved_coordinates,
     split_log,
 )
+from audits.statistics.both_bounds import with_claim_curve
 from audits.statistics.one_run import from_scores
 from audits.statistics.power import UNDERPOWERED_FRACTION, PowerReport, PowerVerdict, assess, check_fraction
 from audits.statistics.power import plan as power_plan
@@ -215,7 +216,7 @@ def analyse(log_path, audit: GradientLogAudit, *, mechanism_params: dict | None 
     prereg, ev = design.preregistration, design.event
     params = {"q": ev.sampling_rate, "sigma": ev.noise_multiplier, "steps": ev.steps, "C": design.clip_norm,
               "reserved_rule": design.reserved_rule, **(mechanism_params or {})}
-    return from_scores(frozen, membership, delta=design.delta, confidence=design.confidence,
+    base = from_scores(frozen, membership, delta=design.delta, confidence=design.confidence,
                        k_plus=prereg.k_plus, k_minus=prereg.k_minus, strategy=Explicit(),
                        eps_nominal=design.epsilon, tie_break_seed=prereg.tie_break_seed, preregistration=prereg,
                        power=design.power if design.verdict is None else design.verdict,
@@ -223,3 +224,4 @@ def analyse(log_path, audit: GradientLogAudit, *, mechanism_params: dict | None 
                               "mechanism": {"name": MECHANISM_NAME, "params": params}},
                        canaries={"type": CANARY_TYPE, "added_slots": True, "score": SCORE_NAME},
                        diagnostics=_diagnostics(diag_lines, signs, design))
+    return with_claim_curve(base, ev)         # the second bound, of the same counts (audits.statistics.both_bounds)

@@ -8,6 +8,7 @@ cost varies by an order of magnitude with the parameters. Select another profile
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -34,6 +35,29 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def steinke_only_audits():
+    """The gradient-canary audits (audits.dpgrpo.gradient_canary, audits.gradient_log) without their second bound
+    (audits.statistics.both_bounds: certified PLD curves, seconds per audit): for fast tests of other parts of an
+    audit. The reports then carry the Steinke bound only; the second bound is tested in
+    tests/audits/test_both_bounds.py, by the module audit of tests/audits/test_dpgrpo_canary.py and by the slow
+    tests of tests/audits/test_gradient_log.py."""
+    import audits.dpgrpo.gradient_canary as dc
+    import audits.gradient_log as gl
+
+    with pytest.MonkeyPatch.context() as mp:
+        for module in (dc, gl):
+            mp.setattr(module, "with_claim_curve", lambda report, event: report)
+        yield
+
+
+@pytest.fixture
+def steinke_only():
+    """`steinke_only_audits()` for one test."""
+    with steinke_only_audits():
+        yield
 
 
 # Test files that evaluate the same certified ε (the seven Table VI rows, the JAX-Privacy row, the MATH ε = 8

@@ -617,6 +617,15 @@ def test_slow_dpgrpo_audit_figures(tmp_path):
                          (release[2], doc["claim"]["epsilon"]), (release[3], power["eps_ceiling"])):
         assert _shows(shown, value), (shown, value)
     assert (int(correct), int(guesses)) == (result["correct"], result["guesses"])
+    # the f-DP column: the seeded run's second bound, and the release row's recomputed from its shown counts
+    from audits.statistics.fdp_claim import claim_eps_lower
+    from tests.audits.fdp_block import block_event
+
+    assert _shows(seeded[8], result["fdp_claim_curve"]["eps_lower"]), (seeded[8], result["fdp_claim_curve"])
+    rel_correct, rel_guesses = (int(x) for x in release[7].split(" / "))
+    rel_fdp = claim_eps_lower(doc["canaries"]["m_test"], rel_guesses, rel_correct, block_event(doc),
+                              doc["claim"]["delta"], result["significance"])
+    assert _shows(release[8], rel_fdp["eps_lower"]), (release[8], rel_fdp)
     text = (REPO / page).read_text(encoding="utf-8")
     sigma, k_star, k_plus, k_minus = re.search(r"the calibrated σ = ([\d.]+)\. The plan chose k\* = (\d+) guesses\n?"
                                                r"\(k₊ = (\d+), k₋ = (\d+)\)", text).groups()
@@ -643,6 +652,7 @@ def test_slow_dpgrpo_audit_figures(tmp_path):
                          (test_row[4], rep.power["planned_eps_lower"]), (test_row[6].strip("*"), res.eps_lower)):
         assert _shows(shown, value), (shown, value)
     assert (int(correct), int(guesses)) == (rep.result["correct"], rep.result["guesses"])
+    assert _shows(test_row[8], rep.result["fdp_claim_curve"]["eps_lower"]), (test_row[8], rep.result)
 
 
 @pytest.mark.slow

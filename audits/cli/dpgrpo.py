@@ -20,10 +20,12 @@ directory), `scores.png` (in/out score distributions after the reveal, with the 
 `audits.statistics.power.plot_bound_vs_canaries`; matplotlib's Agg backend). The plots are staged with the audit's other
 files (`before_commit` of the audit functions) and every file reaches DIR in one commit
 (`privcheck.artifacts.ArtifactDirectory`): all of them or none. That commit is the command's last act, so an
-interrupted audit leaves nothing and can be rerun (docs/artifacts.md, "Interrupted audits"). With --json it prints
-one JSON object: the sealed report with `eps_lower`, `p_value_at_nominal`, `rejects_nominal` and `planned_eps_lower`
-at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before any work and before
-anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`).
+interrupted audit leaves nothing and can be rerun (docs/artifacts.md, "Interrupted audits"). The text table prints
+the assumption-free Steinke `eps_lower` first and, for gradient canaries, the claim-curve f-DP bound of the same
+counts with its `claim_family:<event>` assumption beside it. With --json it prints one JSON object: the sealed report
+with `eps_lower`, `p_value_at_nominal`, `rejects_nominal`, `planned_eps_lower` and (gradient canaries)
+`fdp_claim_curve` at the top level, plus `artifact`, `plots` and `runtime_s`. Every argument is validated before
+any work and before anything is written (InvalidParameter, exit 2 through `privcheck.cli.main`).
 `audits.cli` adds the command with `add_dpgrpo_parser`.
 """
 
@@ -154,8 +156,12 @@ def _audit_dpgrpo(args, out) -> int:
                    private_log=str(res.log_path))
     payload.update(res.headline())
     r, power = rep.result, rep.power
-    rows = [("eps_lower", r["eps_lower"]),
-            ("certified epsilon (PLD)", rep.claim["epsilon"]),
+    rows = [("eps_lower", r["eps_lower"]), ("assumption", "none beyond one run")]
+    fdp = r.get("fdp_claim_curve")          # the second bound of the same counts (gradient canaries)
+    if fdp is not None:
+        rows += [("eps_lower_fdp_claim_curve", fdp["eps_lower"]), ("assumption (fdp_claim_curve)", fdp["assumption"]),
+                 ("rejects_nominal (fdp_claim_curve)", fdp["rejects_nominal"])]
+    rows += [("certified epsilon (PLD)", rep.claim["epsilon"]),
             ("planned_eps_lower", power["planned_eps_lower"]),
             ("ceiling", power["eps_ceiling"]),
             ("p_value_at_nominal", r["p_value_at_nominal"]),

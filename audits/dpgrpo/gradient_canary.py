@@ -21,7 +21,9 @@ one-run test itself is `audits.statistics.one_run`. What `run_gradient_canary_au
    Neyman–Pearson per-step LLR of `audits.statistics.score_models.DPSGDDirac`. The scorer receives the log view and the
    canary, never S; scores are frozen before S is revealed (`audits.canary.score_canaries`).
 4. **Reveal and test**: S is revealed against the frozen scores, the commitment is verified, and
-   `audits.statistics.one_run.from_scores` applies the pre-registered rule (Explicit, fixed tie-break key).
+   `audits.statistics.one_run.from_scores` applies the pre-registered rule (Explicit, fixed tie-break key); the same
+   counts are then tested against the plan's own curve (`audits.statistics.both_bounds`: `result.fdp_claim_curve`,
+   the second bound, under its `claim_family` assumption; the Steinke bound stays the headline).
 5. **Diagnostics** (realised inclusions, present canaries never sampled, absent canaries ever sampled, pre-clip
    norms, cross-talk on J, AUROC) come from the log's separate `diagnostics` lines and are only copied into the
    report; the statistic never reads them.
@@ -55,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from audits import canary as cn
+from audits.statistics.both_bounds import with_claim_curve
 from audits.statistics.one_run import from_scores
 from audits.statistics.power import PowerReport, max_draws_per_score
 from audits.statistics.power import plan as power_plan
@@ -690,7 +693,8 @@ def analyse_log(log_path, design: GradientAuditDesign, membership: cn.Membership
               "mask_reserved_for_real_records": design.mask_real, "config_sha256": design.config.sha256()}
     params.update(mechanism_params or {})
     rep = preregistered_report(frozen, membership, design, params, diagnostics=_diagnostics(diag_lines, signs, design))
-    return rep, frozen, signs
+    # the second bound: the same counts against the audited plan's own curve (audits.statistics.both_bounds)
+    return with_claim_curve(rep, design.plan.event), frozen, signs
 
 
 # ---------------------------------------------------------------------------------------------------------------------

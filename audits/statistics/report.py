@@ -10,6 +10,10 @@ Guarantees:
   so no code path can emit one.
 * `power.eps_ceiling` and `power.planned_eps_lower` are always filled (from the power analysis when one is
   supplied, else from the ceiling: perfect guessing).
+* A `steinke_one_run` report may carry a second bound, `result.fdp_claim_curve` (`FDP_BLOCK_KEYS`; built by
+  `audits.statistics.both_bounds` from the same counts): its ε_lower holds only under the `claim_family:<event>`
+  assumption the block names beside it, so the headline `result.eps_lower` stays the assumption-free one. The
+  constructor refuses a block of another method, of other keys or without that assumption.
 * `write_audit` validates the sealed document against `privcheck/schemas/audit.schema.json` before
   writing it atomically; nothing is written if any step fails.
 
@@ -29,11 +33,11 @@ from privcheck.environment import library_versions
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import freeze, thaw, utc_now
 
-__all__ = ["ARTIFACT", "AuditReport", "GAUSSIAN_TRADEOFF", "GDP_METHODS", "HEADLINES", "METHODS",
-           "MULTIRUN_ASSUMPTIONS", "ONE_RUN_ASSUMPTIONS", "POWER_KEYS", "RESULT_COMMON", "SCHEMA_FILE", "SCHEMA_ID",
-           "SECTION_KEYS", "VERDICT_KEYS", "audit_document", "canaries_block", "check_out_dir", "claim_block",
-           "diagnostics_block",
-           "guessing_block", "power_block", "randomness_block", "software", "write_audit"]
+__all__ = ["ARTIFACT", "AuditReport", "FDP_BLOCK", "FDP_BLOCK_KEYS", "GAUSSIAN_TRADEOFF", "GDP_METHODS", "HEADLINES",
+           "METHODS", "MULTIRUN_ASSUMPTIONS", "ONE_RUN_ASSUMPTIONS", "POWER_KEYS", "RESULT_COMMON", "SCHEMA_FILE",
+           "SCHEMA_ID", "SECTION_KEYS", "VERDICT_KEYS", "audit_document", "canaries_block", "check_out_dir",
+           "claim_block", "diagnostics_block", "guessing_block", "power_block", "randomness_block", "software",
+           "write_audit"]
 
 SCHEMA_ID = "privcheck.audit/1"
 SCHEMA_FILE = "audit.schema.json"
@@ -64,6 +68,9 @@ SECTION_KEYS = {
 }
 RESULT_COMMON = ("guesses", "correct", "precision", "confidence", "significance", "p_value_at_nominal",
                  "rejects_nominal", "search_capped")
+# The second bound of a Steinke one-run report (audits.statistics.both_bounds): result[FDP_BLOCK], these keys.
+FDP_BLOCK = "fdp_claim_curve"
+FDP_BLOCK_KEYS = ("method", "eps_lower", "assumption", "noise_scale", "rejects_nominal", "search_capped")
 HEADLINES = {
     "steinke_one_run": ("eps_lower", "p_value_at_nominal", "rejects_nominal"),
     "clopper_pearson": ("eps_lower",),
@@ -123,6 +130,16 @@ class AuditReport:
                 "eps_lower_steinke" not in self.result
                 or not any(a.startswith("claim_family:") for a in self.extra_assumptions)):
             raise ValueError("fdp_claim_curve reports carry eps_lower_steinke and a claim_family:<event> assumption")
+        if FDP_BLOCK in self.result:
+            self._check_fdp_block(self.result[FDP_BLOCK])
+
+    def _check_fdp_block(self, block) -> None:
+        """The second bound of a Steinke report (module docstring): its keys, method and assumption."""
+        if self.method != "steinke_one_run" or not isinstance(block, Mapping) or set(block) != set(FDP_BLOCK_KEYS):
+            raise ValueError(f"result.{FDP_BLOCK} belongs to steinke_one_run reports, with keys {FDP_BLOCK_KEYS}")
+        if block["method"] != FDP_BLOCK or not (isinstance(block["assumption"], str)
+                                                and block["assumption"].startswith("claim_family:")):
+            raise ValueError(f"result.{FDP_BLOCK} is method {FDP_BLOCK} under a claim_family:<event> assumption")
 
     def _verdict(self) -> dict:
         from audits.statistics.power import assess
@@ -155,6 +172,8 @@ class AuditReport:
         out = {}
         for key in HEADLINES[self.method]:
             out[key] = list(self.extra_assumptions) if key == "extra_assumptions" else thaw(self.result[key])
+        if FDP_BLOCK in self.result:            # the second bound travels with its assumption
+            out[FDP_BLOCK] = thaw(self.result[FDP_BLOCK])
         return out
 
     @property

@@ -30,9 +30,11 @@ from scipy import stats
 
 from audits import canary as cn
 from audits.dpgrpo import gradient_canary as dc
+from audits.statistics.report import FDP_BLOCK
 from privcheck.accounting import DPSGDPlan, PoissonGaussianEvent, epsilon
 from privcheck.cli import build_parser
 from privcheck.errors import CalibrationMismatch, CanariesNotObserved, InvalidParameter, PrivcheckError
+from tests.audits.fdp_block import assert_block_recomputes, block_event
 
 SEED, M, T, Q, N_REAL = 11, 300, 10, 0.5, 4
 CLI_M = 16           # canaries of the command-line test
@@ -84,6 +86,25 @@ def test_bound_is_positive_and_below_the_certified_epsilon(audit):
     assert rep.canaries["m"] == M and rep.canaries["n_in"] + rep.canaries["n_out"] == M
     assert rep.claim["accountant"] == "pld" and rep.claim["neighboring"] == "add_remove"
     assert rep.randomness["membership"] == "seeded" and rep.randomness["audit_release"] is False
+
+
+def test_both_bounds_of_the_same_counts(audit):
+    """The report carries the assumption-free Steinke bound (the headline) and the claim-curve f-DP bound of the
+    same counts against the audit plan's own event, with its claim_family assumption beside it; the block is
+    `claim_eps_lower` of the recorded counts. On this seeded run (61 of 64 guesses correct) the f-DP bound is the
+    higher, 2.850 against Steinke's 1.913, and below the certified ε 8 (the run is honest: the claim is not
+    rejected). Not a theorem for every count: the f-DP test reads the whole trade-off curve of the subsampled
+    Gaussian composed over T = 10 rounds, the Steinke test one (ε, δ) pair of it; the audit is seeded, so the counts
+    and both figures are fixed."""
+    rep = audit.report
+    block, steinke = rep.result[FDP_BLOCK], rep.result["eps_lower"]
+    assert rep.extra_assumptions == () and audit.eps_lower == steinke         # the headline needs no assumption
+    assert block["assumption"] == "claim_family:" + audit.design.plan.event.canonical()
+    assert block_event(audit.document) == PoissonGaussianEvent(Q, rep.claim["mechanism"]["params"]["sigma"], T)
+    assert 0 < steinke < block["eps_lower"] < rep.claim["epsilon"]
+    assert block["rejects_nominal"] is False and block["search_capped"] is False
+    assert audit.document["result"][FDP_BLOCK] == dict(block)
+    assert_block_recomputes(audit.document)
 
 
 def test_power_plan_made_before_training_fixes_the_guess_rule(audit):
@@ -419,9 +440,10 @@ def _parser():
     return build_parser()
 
 
-def test_cli_json_artifact_private_log_and_plots(tmp_path, capsys, lightly_pretrained):
+def test_cli_json_artifact_private_log_and_plots(tmp_path, capsys, lightly_pretrained, steinke_only):
     # n = 4 real records (m = 1 keeps the preset's q = 1/4 valid; the audit sets its own q), 16 canaries and a
-    # lightly pretrained policy: the command line is tested here, the bound by the module's audit
+    # lightly pretrained policy: the command line is tested here, the bounds by the module's audit (and how the
+    # command prints them by test_cli_prints_both_bounds)
     lightly_pretrained("tiny-cpu-4", n=4, m=1)
     out = tmp_path / "run"
     args = _parser().parse_args(["audit", "dp-grpo", "--preset", "tiny-cpu-4", "--canaries", str(CLI_M), "--out",
@@ -444,6 +466,34 @@ def test_cli_json_artifact_private_log_and_plots(tmp_path, capsys, lightly_pretr
     for name in ("scores.png", "bound_vs_m.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert stat.S_IMODE(os.stat(out / "private" / "auditor_log.jsonl").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_prints_both_bounds(audit, tmp_path, capsys, monkeypatch, as_json):
+    """The command's output of the module's audit (its audit function replaced by one returning that result): the
+    text table shows the Steinke bound with "none beyond one run", then the f-DP bound with its assumption; --json
+    carries both, at the top level and in the sealed report."""
+    from audits.cli import dpgrpo as cli
+
+    monkeypatch.setattr(cli, "_audit_function", lambda canary_type: lambda **kwargs: audit)
+    argv = ["audit", "dp-grpo", "--preset", "tiny-cpu", "--canaries", str(M), "--rounds", str(T), "--out",
+            str(tmp_path / "run"), *(["--json"] if as_json else [])]
+    args = _parser().parse_args(argv)
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    block = audit.report.result[FDP_BLOCK]
+    if as_json:
+        doc = json.loads(out)
+        assert doc["eps_lower"] == doc["result"]["eps_lower"] == audit.eps_lower
+        assert doc[FDP_BLOCK] == doc["result"][FDP_BLOCK] == dict(block)
+        return
+    rows = {k.strip(): v.strip() for k, v in (line.split("  ", 1) for line in out.splitlines() if "  " in line)}
+    assert float(rows["eps_lower"]) == pytest.approx(audit.eps_lower, rel=1e-9)
+    assert rows["assumption"] == "none beyond one run"
+    assert float(rows["eps_lower_fdp_claim_curve"]) == pytest.approx(block["eps_lower"], rel=1e-9)
+    assert rows["assumption (fdp_claim_curve)"] == block["assumption"]
+    labels = list(rows)
+    assert labels.index("eps_lower") < labels.index("eps_lower_fdp_claim_curve")   # the Steinke bound first
 
 
 @pytest.mark.parametrize("argv, name", [

@@ -20,6 +20,7 @@ import torch
 from audits.dpgrpo import gradient_canary as dc
 from privcheck.cli import build_parser, main
 from privcheck.errors import InvalidParameter
+from tests.conftest import steinke_only_audits
 
 M, T, N_REAL, SEED = 20, 2, 4, 0
 LORA_DIM = 2 * (4 * 64 + 192 * 4)
@@ -47,8 +48,9 @@ def local_audit(user_model, tmp_path_factory):
     torch.set_num_threads(1)
     try:
         spec = dc.local_audit_preset(model_dir, tok_dir)
-        yield dc.run_gradient_canary_audit(preset=spec, canaries=M, out_dir=out, seed=SEED, rounds=T, q=1.0,
-                                           n_real=N_REAL, target_epsilon=1.0, plan_sims=2)
+        with steinke_only_audits():       # the local preset is tested here; the second bound elsewhere
+            yield dc.run_gradient_canary_audit(preset=spec, canaries=M, out_dir=out, seed=SEED, rounds=T, q=1.0,
+                                               n_real=N_REAL, target_epsilon=1.0, plan_sims=2)
     finally:
         torch.set_num_threads(threads)
 

@@ -46,7 +46,7 @@ def _audit(trainer_cls, seed=SEED, **kwargs):
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def test_reference_trainer_is_not_rejected():
+def test_reference_trainer_is_not_rejected(steinke_only):
     res = _audit(DPTrainer)
     eps = res.report.claim["epsilon"]
     params, delta = res.report.claim["mechanism"]["params"], res.report.claim["delta"]
@@ -64,7 +64,7 @@ def test_reference_trainer_is_not_rejected():
     assert res.report.diagnostics["cross_talk_max_abs_over_sigma_C"] == 0.0
 
 
-def test_noise_sigma_only_is_caught_by_the_audit():
+def test_noise_sigma_only_is_caught_by_the_audit(steinke_only):
     entry = ZOO["noise_sigma_only"]
     res = _audit(entry.trainer_cls)
     eps = res.report.claim["epsilon"]
