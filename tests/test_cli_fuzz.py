@@ -209,6 +209,12 @@ SELECTION_FLAGS = {
     "--out": out(), "--seed": seed(), "--confidence": PROB,
 }
 
+# The plan's flags of audits that have run draw hostile values only: --plan-sims and --seed are refused without
+# --score-model, and a valid plan is tested in tests/audits/test_one_run_plan.py and tests/audits/test_fdp_claim.py.
+PLAN_FLAGS = {"--score-model": Flag((), ("", "bogus", "gdp:", "gdp:-1", "gdp:nan", "dpsgd_dirac:2,1,10,llr"),
+                                    blame=("q", "sigma", "T", "mu", "stat")),
+              "--plan-sims": Flag((), ("0", "-1", "1.5", "x", BIG)), "--seed": Flag((), seed().hostile)}
+
 SPECS = [
     Spec(("account", "dp-sgd"), DPSGD_BASE, {
         "--sampling-rate": real(("0.5", "1"), more=("0", "1.5", "-0.1")),
@@ -306,11 +312,7 @@ SPECS = [
         "--k-plus": Flag((), ("1", "-1", BIG)), "--k-minus": Flag((), ("0", "-1")),
         "--delta": half_open_unit(), "--confidence": PROB,
         "--epsilon-nominal": NOMINAL, "--out": out(), "--json": SWITCH_FLAG,
-        # the plan's flags draw hostile values only: --plan-sims and --seed are refused without --score-model, and a
-        # valid plan is tested in tests/audits/test_one_run_plan.py
-        "--score-model": Flag((), ("", "bogus", "gdp:", "gdp:-1", "gdp:nan", "dpsgd_dirac:2,1,10,llr"),
-                              blame=("q", "sigma", "T", "mu", "stat")),
-        "--plan-sims": Flag((), ("0", "-1", "1.5", "x", BIG)), "--seed": Flag((), seed().hostile)},
+        **PLAN_FLAGS},
         required=("--canaries", "--guesses", "--correct", "--delta"), writes=True, files=SCORES_FILES),
     Spec(("audit", "clopper-pearson"), RUNS_BASE, {
         "--runs-in": count(1, 10**6, ("10", "1000000")), "--runs-out": count(1, 10**6, ("10", "1000000")),
@@ -343,7 +345,8 @@ SPECS = [
         "--steps": count(1, MAX_STEPS, ("2",)),
         "--history": Flag((), ("1.0:0.5:2", "x", "{file}", "{missing}.json", "{dir}.json", "/proc/self/x.json"),
                           blame=("sampling_rate",)),
-        "--delta": open_unit(("1e-5",)), "--confidence": PROB, "--out": out(), "--json": SWITCH_FLAG},
+        "--delta": open_unit(("1e-5",)), "--confidence": PROB, "--out": out(), "--json": SWITCH_FLAG,
+        **PLAN_FLAGS},
         required=tuple(ONE_RUN_BASE), writes=True, work=("audits.statistics.fdp_claim:fdp_claim_curve",),
         files=tuple(FileFlag("--history", inp, drop=("--sampling-rate", "--noise-multiplier", "--steps"))
                     for inp in (HISTORY, OPACUS_HISTORY))),

@@ -16,9 +16,9 @@ from privcheck.cli_args import integer, number, seed
 
 PLAN_SIMS = 200          # simulated audits of a plan made by `one-run --score-model` (as `audit power`)
 
-__all__ = ["add_count_args", "add_level_args", "add_out_arg", "ceiling_rows", "check_counts", "claimed_output",
-           "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp", "cmd_one_run", "emit_report", "emit_with_plan",
-           "plan_rows", "register"]
+__all__ = ["PLAN_SIMS", "add_count_args", "add_level_args", "add_out_arg", "add_plan_args", "ceiling_rows",
+           "check_counts", "check_plan_args", "claimed_output", "cmd_clopper_pearson", "cmd_fdp_one_run", "cmd_gdp",
+           "cmd_one_run", "emit_report", "emit_with_plan", "plan_rows", "register"]
 
 
 def register(verbs: dict, common) -> None:
@@ -39,15 +39,8 @@ def register(verbs: dict, common) -> None:
                         "else 0)")
     add_level_args(o)
     o.add_argument("--epsilon-nominal", type=number, default=None, help="claimed ε to test (optional)")
-    o.add_argument("--score-model", default=None, metavar="SPEC",
-                   help="plan the audit under this score model, as `audit power` does (perfect | gdp:MU | "
-                        "dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU]): planned ε_lower, Monte Carlo spread, and UNDERPOWERED "
-                        "with the canary count that would reach --epsilon-nominal; with --scores the plan is of the "
-                        "audit's own rule (k₊, k₋)")
-    o.add_argument("--plan-sims", type=integer, default=None,
-                   help=f"with --score-model: simulated audits of the plan (default {PLAN_SIMS})")
-    o.add_argument("--seed", type=seed, default=None,
-                   help="with --score-model: seed of the plan's simulation, in [0, 2^63 − 1] (default: OS entropy)")
+    add_plan_args(o, "planned ε_lower, Monte Carlo spread, and UNDERPOWERED with the canary count that would "
+                     "reach --epsilon-nominal; with --scores the plan is of the audit's own rule (k₊, k₋)")
     add_out_arg(o)
     o.set_defaults(func=cmd_one_run)
 
@@ -195,9 +188,21 @@ def _check_runs(args, hypotheses: str) -> None:
     val.count(hypotheses, getattr(args, hypotheses), 1, MAX_HYPOTHESES)
 
 
-def _one_run_inputs(args) -> None:
-    """Counts xor a scores file; k₊/k₋ only with a scores file; the plan's flags only with --score-model
-    (InvalidParameter before any work)."""
+def add_plan_args(parser, what: str) -> None:
+    """--score-model, --plan-sims, --seed: plan an audit that has run (`check_plan_args`)."""
+    parser.add_argument("--score-model", default=None, metavar="SPEC",
+                        help="plan the audit under this score model, as `audit power` does (perfect | gdp:MU | "
+                             "dpsgd_dirac:Q,SIGMA,T,llr|sum[,TAU]): " + what)
+    parser.add_argument("--plan-sims", type=integer, default=None,
+                        help=f"with --score-model: simulated audits of the plan (default {PLAN_SIMS})")
+    parser.add_argument("--seed", type=seed, default=None,
+                        help="with --score-model: seed of the plan's simulation, in [0, 2^63 − 1] (default: OS "
+                             "entropy)")
+
+
+def check_plan_args(args) -> None:
+    """The plan's flags only with --score-model; the model parsed and --plan-sims checked (InvalidParameter before
+    any work)."""
     from audits.statistics.score_models import parse_score_model
     from privcheck import validation as val
     from privcheck.errors import InvalidParameter
@@ -206,9 +211,17 @@ def _one_run_inputs(args) -> None:
         for name in ("plan_sims", "seed"):
             if getattr(args, name) is not None:
                 raise InvalidParameter(name, getattr(args, name), "only with --score-model SPEC")
-    else:
-        args.score_model = parse_score_model(args.score_model)
-        args.plan_sims = val.count("plan_sims", PLAN_SIMS if args.plan_sims is None else args.plan_sims)
+        return
+    args.score_model = parse_score_model(args.score_model)
+    args.plan_sims = val.count("plan_sims", PLAN_SIMS if args.plan_sims is None else args.plan_sims)
+
+
+def _one_run_inputs(args) -> None:
+    """Counts xor a scores file; k₊/k₋ only with a scores file; the plan's flags only with --score-model
+    (InvalidParameter before any work)."""
+    from privcheck.errors import InvalidParameter
+
+    check_plan_args(args)
     counts = {"canaries": args.canaries, "guesses": args.guesses, "correct": args.correct}
     if args.scores is not None:
         for name, value in counts.items():

@@ -14,7 +14,7 @@ __all__ = ["add_fdp_claim_parser", "cmd_fdp_claim_curve"]
 
 
 def add_fdp_claim_parser(audit, common) -> None:
-    from audits.cli import add_count_args, add_level_args, add_out_arg
+    from audits.cli import add_count_args, add_level_args, add_out_arg, add_plan_args
 
     f = audit.add_parser("fdp-claim-curve", parents=[common],
                          help="one-run f-DP audit against the claimed DP-SGD event's own trade-off curve: ε lower "
@@ -26,6 +26,8 @@ def add_fdp_claim_parser(audit, common) -> None:
     f.add_argument("--history", help="instead of the three above: phases 'σ:q:steps,σ:q:steps,...' or a JSON "
                                      "file (an Opacus accountant's history [[σ, q, steps], ...])")
     add_level_args(f)
+    add_plan_args(f, "this method's own plan of the audit's r guesses (top-only or split evenly) under the score "
+                     "model: planned ε_lower, Monte Carlo spread, UNDERPOWERED")
     add_out_arg(f)
     f.set_defaults(func=cmd_fdp_claim_curve)
 
@@ -48,18 +50,20 @@ def _claimed_event(args):
 
 
 def cmd_fdp_claim_curve(args) -> int:
-    from audits.cli import ceiling_rows, check_counts, claimed_output, emit_report
+    from audits.cli import PLAN_SIMS, ceiling_rows, check_counts, check_plan_args, claimed_output, emit_report
     from privcheck import validation as val
 
     with claimed_output(args) as out:
         check_counts(args)
         val.open_unit("delta", args.delta)
         val.open_unit("confidence", args.confidence)
+        check_plan_args(args)
         event, claimed = _claimed_event(args)
         from audits.statistics.fdp_claim import fdp_claim_curve
 
         rep = fdp_claim_curve(args.canaries, args.guesses, args.correct, event=event, delta=args.delta,
-                              confidence=args.confidence)
+                              confidence=args.confidence, score_model=args.score_model,
+                              plan_sims=args.plan_sims or PLAN_SIMS, plan_seed=args.seed)
         r = rep.result
         rows = [("eps_lower", r["eps_lower"]), ("assumption", rep.extra_assumptions[0]),
                 ("eps_lower_steinke", r["eps_lower_steinke"]), ("assumption (steinke)", "none beyond one run"),

@@ -243,22 +243,40 @@ def claim_eps_lower(m: int, r: int, v: int, event, delta: float, tau: float, *, 
 
 
 def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, confidence: float = 0.95,
-                    power=None, claim=None, canaries=None, diagnostics=None) -> AuditReport:
+                    power=None, claim=None, canaries=None, diagnostics=None, score_model=None,
+                    plan_sims: int = PLAN_SIMS, plan_seed: int | None = None) -> AuditReport:
     """The claim-curve f-DP one-run audit (method fdp_claim_curve): `eps_lower` under the extra assumption
     `claim_family:<event>`, `eps_lower_steinke` (no extra assumption) beside it, `rejects_nominal` for the claimed
-    event itself (s = 1). All arguments are checked before any work."""
+    event itself (s = 1). `score_model` (not with `power`): the `power` block is this method's own plan of the
+    audit's r guesses (top-only or split evenly, `planned_eps_lower` with `rules`; `plan_sims` simulated audits
+    seeded by `plan_seed`, OS entropy when None), so the report's verdict weighs this method's figures. All
+    arguments are checked before any work."""
     m, r, v = val.ordered_counts(m, guesses, correct, r_name="guesses", v_name="correct", maximum=MAX_CANARIES)
     event = _check_event(event)
     delta = val.open_unit("delta", delta)
     confidence = val.open_unit("confidence", confidence)
     if claim is not None and "epsilon" in claim:
         raise InvalidParameter("claim.epsilon", claim["epsilon"], "absent: the claim is the event's own ε")
+    if score_model is not None:
+        from audits.statistics.power import parse_score_model
+        if power is not None:
+            raise InvalidParameter("score_model", score_model, "not given together with power")
+        score_model = parse_score_model(score_model)
+        plan_sims = val.count("plan_sims", plan_sims, 1, 10_000)
+        plan_seed = None if plan_seed is None else val.seed("plan_seed", plan_seed)
     p = val.significance(confidence)
     claimed = epsilon(event, delta)
     if not math.isfinite(claimed.value):
         raise InvalidParameter("event", event.canonical(), f"an event privcheck accounts at δ = {delta!r}")
     out = claim_eps_lower(m, r, v, event, delta, p)
     top = claim_eps_lower(m, m, m, event, delta, p) if power is None else None
+    if score_model is not None and r:
+        planned = planned_eps_lower(m, event=event, delta=delta, score_model=score_model, confidence=confidence,
+                                    sims=plan_sims, seed=plan_seed, rules=[(r, 0), ((r + 1) // 2, r // 2)])
+        power = {"eps_ceiling": top["eps_lower"], "min_correct_for_nominal": None,
+                 "planned_eps_lower": planned["eps_lower"], "mc_median": planned["mc_median"],
+                 "mc_p10": planned["mc_p10"], "mc_p90": planned["mc_p90"], "prob_zero": planned["prob_zero"],
+                 "score_model": score_model.name}
     result = {"guesses": r, "correct": v, "precision": (v / r) if r else None, "eps_lower": out["eps_lower"],
               "eps_lower_steinke": eps_lower(m, r, v, delta, p), "confidence": confidence, "significance": p,
               "p_value_at_nominal": None, "rejects_nominal": out["rejects_nominal"],
@@ -274,6 +292,33 @@ def fdp_claim_curve(m: int, guesses: int, correct: int, *, event, delta: float, 
                        randomness=report.randomness_block("external", None))
 
 
+def _fixed_rules(rules, m: int) -> list[tuple[int, int]]:
+    allowed = f"(k_plus, k_minus) pairs of integers >= 0 with 1 <= k_plus + k_minus <= {m}"
+    try:
+        pairs = [(int(a), int(b)) for a, b in rules]
+    except (TypeError, ValueError):
+        raise InvalidParameter("rules", rules, allowed) from None
+    if not pairs or any(a < 0 or b < 0 or not 1 <= a + b <= m for a, b in pairs):
+        raise InvalidParameter("rules", rules, allowed)
+    return pairs
+
+
+def _least_positive(m: int, r: int, event, tau: float) -> int:
+    """The least correct count v whose ε_lower is positive: the least v that rejects the most private member of
+    the search (s = 2^24; a count that rejects nothing there rejects nothing anywhere); r + 1 if none does."""
+    curve = claim_curve(member(event, grid_scale(_K_MAX)))
+    if not fdp_rejects_curve(m, r, r, curve.binv, tau):
+        return r + 1
+    lo, hi = 0, r                        # invariant: v = hi rejects, v = lo does not (v = 0 never rejects)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fdp_rejects_curve(m, r, mid, curve.binv, tau):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _pooled_counts(reference_counts, model, m: int, rules, rng) -> tuple[int, list[int]]:
     """`reference_counts` summed over _EVAL_SAMPLES independent reference samples: (total ratio, total counts)."""
     ratio, total = 0, [0] * len(rules)
@@ -285,7 +330,7 @@ def _pooled_counts(reference_counts, model, m: int, rules, rng) -> tuple[int, li
 
 
 def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: float = 0.95, points: int = 40,
-                      refine: int = 12, sims: int = PLAN_SIMS, seed: int = 0) -> dict:
+                      refine: int = 12, sims: int = PLAN_SIMS, seed: int = 0, rules=None) -> dict:
     """Planned claim-curve ε_lower for m canaries (audits.statistics.power style, expected counts): the guess rule is
     chosen on simulated scores only (pre-registrable), then the method runs at its expected counts.
 
@@ -303,6 +348,10 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     tests/audits/test_fdp_claim.py), so these are the quantiles of the audits' ε_lower. `mc_median` is the typical
     audit's figure; `eps_lower` (at ⌊mean count⌋) can be a whole correct guess below it when r is small.
 
+    `rules` ((k₊, k₋) pairs): consider only these (an audit whose guess count is fixed), without refinement.
+    `prob_zero`: the fraction of simulated audits whose ε_lower is 0, i.e. that reject not even the most private
+    member of the search (s = 2^24; rejection is monotone in s).
+
     Returns the ε_lower figures, the rule, its counts, the Steinke planned bound of the same counts, the noise
     scale and the claimed ε. A forecast, not a bound."""
     from audits.statistics.power import (
@@ -315,6 +364,7 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     )
 
     m = val.count("m", m, 1, MAX_CANARIES)
+    seed = None if seed is None else val.seed("seed", seed)
     event = _check_event(event)
     delta = val.open_unit("delta", delta)
     p = val.significance(val.open_unit("confidence", confidence))
@@ -323,8 +373,11 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     sims = val.count("sims", sims, 1, 10_000)
     model = parse_score_model(score_model) if isinstance(score_model, str) else score_model
     rng = np.random.default_rng(seed)
-    ks = guess_counts(m, points)
-    rules = [GuessRule(k, 0) for k in ks] + [GuessRule((k + 1) // 2, k // 2) for k in ks if k > 1]
+    if rules is None:
+        ks = guess_counts(m, points)
+        rules = [GuessRule(k, 0) for k in ks] + [GuessRule((k + 1) // 2, k // 2) for k in ks if k > 1]
+    else:
+        rules, refine = [GuessRule(*rule) for rule in _fixed_rules(rules, m)], 0
     ratio, correct = _pooled_counts(reference_counts, model, m, rules, rng)
     best: dict = {"k": None}
 
@@ -358,11 +411,11 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     if best["k"] is None:
         return {"eps_lower": 0.0, "k_plus": None, "k_minus": None, "correct": None, "eps_lower_steinke": 0.0,
                 "noise_scale": None, "eps_claimed": eps_claimed, "mc_p10": 0.0, "mc_median": 0.0, "mc_p90": 0.0,
-                "mc_correct": None, "sims": sims}
+                "mc_correct": None, "prob_zero": 1.0, "sims": sims}
     fresh_ratio, (fresh,) = _pooled_counts(reference_counts, model, m, [best["rule"]], rng)   # no winner's curse
     r, v = best["r"], fresh // fresh_ratio
     out = claim_eps_lower(m, r, v, event, delta, p, hint=best["k"])
-    policy = RandomnessPolicy.seeded(seed)
+    policy = RandomnessPolicy.from_setting(seed)
     v_sim = np.concatenate([simulate_correct(model, m, best["rule"], n, np.random.default_rng(task_seed))
                             for n, task_seed in mc_tasks(m, sims, policy)])
     v_q = [int(np.quantile(v_sim, q, method="inverted_cdf")) for q in (0.1, 0.5, 0.9)]
@@ -370,4 +423,5 @@ def planned_eps_lower(m: int, *, event, delta: float, score_model, confidence: f
     return {"eps_lower": out["eps_lower"], "k_plus": best["rule"].k_plus, "k_minus": best["rule"].k_minus,
             "correct": v, "eps_lower_steinke": eps_lower(m, r, v, delta, p), "noise_scale": out["s"],
             "eps_claimed": eps_claimed, "mc_p10": eps_q[0], "mc_median": eps_q[1], "mc_p90": eps_q[2],
-            "mc_correct": tuple(v_q), "sims": sims}
+            "mc_correct": tuple(v_q), "prob_zero": float(np.mean(v_sim < _least_positive(m, r, event, p))),
+            "sims": sims}

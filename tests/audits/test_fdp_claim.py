@@ -260,3 +260,33 @@ def test_planned_monte_carlo_quantiles_are_counts_of_simulated_audits():
         assert out[key] == fc.claim_eps_lower(1000, r, c, GAUSS_EXACT, 1e-5, 0.05)["eps_lower"]
     assert out["mc_p10"] <= out["mc_median"] <= out["mc_p90"]
     assert fc.planned_eps_lower(1000, **kwargs) == out
+
+
+def test_a_score_model_plans_the_audits_own_guesses():
+    """`fdp_claim_curve(..., score_model=)`: the power block is this method's plan of the audit's r guesses (the
+    planner with exactly the two shapes r allows, same seed), its ceiling this method's (all m guesses correct),
+    and the report's verdict weighs those figures."""
+    rep = fc.fdp_claim_curve(1000, 100, 90, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:1", plan_sims=30,
+                             plan_seed=4)
+    plan = fc.planned_eps_lower(1000, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:1", sims=30, seed=4,
+                                rules=[(100, 0), (50, 50)])
+    assert rep.power["planned_eps_lower"] == plan["eps_lower"] and rep.power["mc_median"] == plan["mc_median"]
+    assert plan["k_plus"] + plan["k_minus"] == 100
+    assert rep.power["eps_ceiling"] == fc.claim_eps_lower(1000, 1000, 1000, GAUSS_EXACT, 1e-5, 0.05)["eps_lower"]
+    assert rep.power["score_model"] == "gdp(mu=1.0)" and 0.0 <= rep.power["prob_zero"] <= 1.0
+    half = 0.5 * rep.claim["epsilon"]
+    assert rep.power["underpowered"] is (min(plan["eps_lower"], plan["mc_median"]) < half)
+    with pytest.raises(InvalidParameter) as err:
+        fc.fdp_claim_curve(1000, 100, 90, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:-1")
+    assert err.value.name == "mu"
+
+
+def test_prob_zero_counts_the_audits_that_reject_nothing():
+    """`prob_zero` is the share of simulated audits whose count rejects no member; with a score model that carries
+    no signal at all (gdp:0: in and out scores alike) nearly every audit rejects nothing, and with a strong one
+    (gdp:4) none does."""
+    weak = fc.planned_eps_lower(1000, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:0.01", sims=40, seed=2,
+                                rules=[(100, 0)])
+    strong = fc.planned_eps_lower(1000, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:4", sims=40, seed=2,
+                                  rules=[(100, 0)])
+    assert weak["prob_zero"] >= 0.9 and strong["prob_zero"] == 0.0
