@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -12,6 +11,7 @@ import opacus  # noqa: F401 - installed by `make test` (the integrations extra):
 import pytest
 import torch
 
+from audits.visibility import read_auditor_log
 from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.integrations.opacus import (
     GradientCanaries,
@@ -167,7 +167,7 @@ def test_canaries_inject_mask_and_log(tmp_path):
     m = 6
     J = tuple(range(private_dimension(opt) - m, private_dimension(opt)))
     presence = [1, 0, 1, 1, 0, 1]
-    log = tmp_path / "private" / "auditor_log.jsonl"
+    log = tmp_path / "private" / "auditor_log.bin"
     log.parent.mkdir()
     with GradientCanaries(opt, coordinates=J, presence=presence, log_path=log, records=N, seed=11) as hook:
         assert opt.expected_batch_size == 0.5 * (N + m)
@@ -177,7 +177,7 @@ def test_canaries_inject_mask_and_log(tmp_path):
     assert opt.expected_batch_size == 8 and "clip_and_accumulate" not in opt.__dict__
     assert hook.privacy_release is False
     assert oct(os.stat(log).st_mode & 0o777) == "0o600"
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    lines = read_auditor_log(log)
     rounds = [x for x in lines if x["kind"] == "round"]
     diags = [x for x in lines if x["kind"] == "diagnostics"]
     assert [r["t"] for r in rounds] == list(range(1, 11)) == [d["t"] for d in diags]
