@@ -94,15 +94,22 @@ class GradientCanaries:
         local = Jn - (ends - np.asarray(sizes))[owner]         # its index inside the flattened parameter
         order = np.argsort(owner, kind="stable")
         self._order = None if np.array_equal(order, np.arange(len(J))) else order
-        self._unorder = None if self._order is None else torch.from_numpy(np.argsort(order))
+        self._unorder = None if self._order is None else np.argsort(order)
         self._width = np.asarray(sizes, dtype=np.int64)[owner[order]]        # n_k of each canary, in `order`
         self._local = local[order]
         devices = [p.device for p in optimizer.params]
         counts = np.bincount(owner, minlength=len(sizes))
         firsts = np.concatenate([[0], np.cumsum(counts)])
-        # per parameter holding canaries: (k, local indices on its device), and each canary's group, in `order`
-        self._groups = [(k, torch.from_numpy(self._local[firsts[k]:firsts[k + 1]]).to(devices[k]))
+        # per parameter holding canaries: (k, local indices, the same on its device), and each canary's group, in
+        # `order`
+        self._groups = [(k, self._local[firsts[k]:firsts[k + 1]],
+                         torch.from_numpy(self._local[firsts[k]:firsts[k + 1]]).to(devices[k]))
                         for k in range(len(sizes)) if counts[k]]
+        self._sizes = sizes
+        # CPU tensors numpy can view are written through numpy: a handful of small tensor operations per parameter
+        # each step cost more than the step of a small model; the torch path gives the same values
+        self._numpy = all(p.device.type == "cpu" and p.dtype in (torch.float16, torch.float32, torch.float64)
+                          for p in optimizer.params)
         self._group_of = np.repeat(np.arange(len(self._groups)), counts[counts > 0])
         self._group_ids = np.arange(len(self._groups) + 1)
         self._previous = optimizer.clip_and_accumulate
@@ -133,30 +140,46 @@ class GradientCanaries:
             if r:
                 # flat position of each included canary's C in its parameter's padded (B + r, n_k) rows, and
                 # where each parameter's run of them starts and ends
-                where = torch.from_numpy((B + np.arange(r)) * self._width[picked] + self._local[picked])
+                where = (B + np.arange(r)) * self._width[picked] + self._local[picked]
                 bounds = np.searchsorted(self._group_of[picked], self._group_ids).tolist()
-        fill = {}
-        if self.mask_real and B:
-            fill = {k: (loc, None) for k, loc in self._groups}
+        mask = self.mask_real and B > 0
+        fill = {k: (g, None) for g, (k, _, _) in enumerate(self._groups)} if mask else {}
         if r:
-            for g, (k, loc) in enumerate(self._groups):
+            for g, (k, _, _) in enumerate(self._groups):
                 if bounds[g + 1] > bounds[g]:
-                    fill[k] = (loc if self.mask_real and B else None, where[bounds[g]:bounds[g + 1]])
+                    fill[k] = (g if mask else None, where[bounds[g]:bounds[g + 1]])
         for k, p in enumerate(params):
-            if not r and k not in fill:
-                continue
-            g = samples[k]
-            flat = g.reshape(B, p.numel())
-            flat = torch.nn.functional.pad(flat, (0, 0, 0, r)) if r else flat.clone()
-            mask, canaries = fill.get(k, (None, None))
-            if mask is not None:
-                flat[:B].index_fill_(1, mask if mask.device == flat.device else mask.to(flat.device), 0)
-            if canaries is not None:
-                flat.view(-1).index_fill_(0, canaries.to(flat.device), self.C)
-            samples[k] = flat.view(B + r, *p.shape)
+            if r or k in fill:
+                masked, canaries = fill.get(k, (None, None))
+                samples[k] = self._extended(samples[k], B, r, self._sizes[k], masked, canaries).view(B + r, *p.shape)
         for p, g in zip(params, samples):
             p.grad_sample = g
         self._previous()
+
+    def _extended(self, g, B: int, r: int, n: int, group: int | None, canaries: np.ndarray | None):
+        """The (B, ...) per-sample gradients `g` as B + r rows of n: r zero rows appended, the real rows zeroed
+        on the reserved coordinates of canary group `group` (None: no mask) and C at the flat `canaries`
+        positions (None: none)."""
+        import torch
+
+        if self._numpy and g.device.type == "cpu":
+            out = torch.empty((B + r, n), dtype=g.dtype)
+            o = out.numpy()
+            o[:B] = g.reshape(B, n).numpy()
+            o[B:] = 0
+            if group is not None:
+                o[:B, self._groups[group][1]] = 0
+            if canaries is not None:
+                o.reshape(-1)[canaries] = self.C
+            return out
+        flat = g.reshape(B, n)
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, r)) if r else flat.clone()
+        if group is not None:
+            loc = self._groups[group][2]
+            flat[:B].index_fill_(1, loc if loc.device == flat.device else loc.to(flat.device), 0)
+        if canaries is not None:
+            flat.view(-1).index_fill_(0, torch.from_numpy(canaries).to(flat.device), self.C)
+        return flat
 
     def _log_step(self, _optimizer, _args, _kwargs):
         import torch
@@ -166,13 +189,16 @@ class GradientCanaries:
             opt.accumulated_iterations)
         params = list(opt.params)
         # one gather per parameter holding canaries, in `order`, then back to slot order
-        U = torch.cat([params[k].grad.detach().reshape(-1).index_select(0, loc).to("cpu", torch.float64)
-                       for k, loc in self._groups])
+        grads = [params[k].grad.detach().reshape(-1) for k, _, _ in self._groups]
+        if self._numpy and all(g.device.type == "cpu" for g in grads):
+            U = np.concatenate([g.numpy()[loc] for g, (_, loc, _) in zip(grads, self._groups)]).astype(np.float64)
+        else:
+            U = torch.cat([g.index_select(0, loc).to("cpu", torch.float64)
+                           for g, (_, _, loc) in zip(grads, self._groups)]).numpy()
         if self._unorder is not None:
             U = U[self._unorder]
         self.t += 1
-        included = self._included
-        self._log.write_round(self.t, (U * divisor).numpy(), divisor=divisor, included=included,
+        self._log.write_round(self.t, U * divisor, divisor=divisor, included=self._included,
                               sigma_C=float(opt.noise_multiplier) * float(opt.max_grad_norm))
         self._included = None
 
