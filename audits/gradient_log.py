@@ -1,8 +1,9 @@
 """One-run audit of any DP-SGD model from a Dirac gradient-canary auditor log (docs/integrations/opacus.md,
 "Audit an Opacus model"; the statistic and its assumptions: docs/audits.md).
 
-The trainer side is a hook that writes the log: `privcheck.integrations.opacus.GradientCanaries` for Opacus, or
-anything writing the same lines (`{"kind": "round", "t", "reserved", "U", "sigma_C", "divisor"}` with
+The trainer side is a hook that writes the log: `privcheck.integrations.opacus.GradientCanaries` for Opacus (a
+binary record per step, `privcheck.integrations.canary_log`, read as the entries below), or anything writing the
+same JSON lines (`{"kind": "round", "t", "reserved", "U", "sigma_C", "divisor"}` with
 U_t[J] = S_t[J] + z_t[J], and for the same t `{"kind": "diagnostics", "t", "diagnostics": {"canary_included": [m
 bits]}}`, the realised inclusions that show the canaries entered the step). The auditor side, in protocol order:
 

@@ -19,7 +19,9 @@ import os
 import numpy as np
 
 from privcheck.errors import CanariesNotObserved
-from privcheck.integrations.auditor_log import check_log_path, read_log
+from privcheck.inputs import read_input
+from privcheck.integrations.auditor_log import check_log_path, parse_lines
+from privcheck.integrations.canary_log import is_canary_log, parse_canary_log
 
 __all__ = ["HINTS", "check_canaries_observed", "read_auditor_log"]
 
@@ -34,11 +36,16 @@ HINTS = {
 
 
 def read_auditor_log(log_path, no_log: str = HINTS["no_log"]) -> list[dict]:
-    """The log's JSON lines; CanariesNotObserved when the file does not exist (no step ever wrote to it)."""
+    """The log's entries, from either format: the binary canary log of the Opacus hook
+    (`privcheck.integrations.canary_log`, recognised by its magic bytes) or JSON lines (the DP-GRPO trainer's
+    hooks, or another hook writing the documented lines). CanariesNotObserved when the file does not exist (no step
+    ever wrote to it); InvalidParameter naming `log_path` when it exceeds `privcheck.inputs.LIMITS["auditor_log"]`
+    (checked before it is read) or is truncated or corrupt."""
     path = check_log_path(log_path)
     if not os.path.exists(path):
         raise CanariesNotObserved(f"the auditor log {path}", f"no such file; {no_log}")
-    return read_log(path)
+    data = read_input(path, "auditor_log", "log_path")
+    return parse_canary_log(data, path).entries() if is_canary_log(data) else parse_lines(data, path)
 
 
 def _listed(pairs: list, total: int, unit: str) -> str:

@@ -43,6 +43,7 @@ LIMITS = {                      # bytes of a file, per kind of input
     "config": 4 * MiB,          # a model's config.json
     "key": 64 * 1024,           # an ed25519 key file (--sign KEY, --trust PUBKEY)
     "signature": 64 * 1024,     # an artifact's detached signature document
+    "auditor_log": 1024 * MiB,  # a canary audit's private log (binary m = 1,000: about 119,000 rounds)
 }
 MAX_DEPTH = 64                  # JSON nesting (arrays and objects)
 MAX_INT_DIGITS = 100            # digits of a JSON integer

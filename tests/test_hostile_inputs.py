@@ -237,7 +237,7 @@ def test_the_documented_limits_are_the_enforced_ones():
     section = text.split("## Inputs: every file bounded before it is read", 1)[1].split("\n## ", 1)[0]
     mib = 1 << 20
     for kind, shown in (("history", "16 MiB"), ("artifact", "64 MiB"), ("scores.csv", "256 MiB"),
-                        ("scores.npz", "1 GiB"), ("config", "4 MiB")):
+                        ("scores.npz", "1 GiB"), ("config", "4 MiB"), ("auditor_log", "1 GiB")):
         value, unit = shown.split()
         assert inputs.LIMITS[kind] == int(value) * (mib if unit == "MiB" else 1024 * mib) and shown in section, kind
     assert f"{inputs.MAX_CSV_FIELD:,} characters" in section and f"at most {inputs.MAX_DEPTH} levels" in section

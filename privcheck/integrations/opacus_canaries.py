@@ -11,11 +11,11 @@
   of the per-sample gradients and go through Opacus's own clip, sum, noise and division like any record;
 * with `mask_real=True` (default) real records' per-sample gradients are zeroed on J before clipping (a fixed
   per-record map, so no record's sensitivity changes);
-* after the noise and the division, every step appends to the auditor's private log (mode 0600, one JSON line,
-  `privcheck.integrations.auditor_log`):
-  `{"kind": "round", "t": t, "reserved": [j...], "U": [U_t[j]...], "sigma_C": σ·C, "divisor": d}` with
-  U_t[J] = ĝ_t[J]·d = S_t[J] + z_t[J] (a post-processing of the released update), and a separate
-  `{"kind": "diagnostics", ...}` line (realised canary inclusions, never read by the test statistic).
+* after the noise and the division, every step appends one binary record to the auditor's private log (mode 0600,
+  `privcheck.integrations.canary_log`; the reserved coordinates and C once, in its header): t, σ·C, the divisor
+  d, U_t[J] = ĝ_t[J]·d = S_t[J] + z_t[J] (a post-processing of the released update) and the realised canary
+  inclusions (diagnostics, never read by the test statistic). `audits.visibility.read_auditor_log` reads it as the
+  `round` and `diagnostics` entries of the JSON-lines format.
 
 The canary slots are records of the audited universe: with `records=n` the optimizer's divisor becomes
 q·(n + m) (the expected batch size of n real records and m canary slots, as the DP-GRPO audit's plan); (q, σ, T)
@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from privcheck import validation as v
 from privcheck.errors import InvalidParameter
-from privcheck.integrations.auditor_log import append_lines, check_log_path
+from privcheck.integrations.auditor_log import check_log_path
+from privcheck.integrations.canary_log import CanaryLogWriter, canary_ids
 
 __all__ = ["GradientCanaries", "canary_ids", "private_dimension"]
 
@@ -39,11 +42,6 @@ def private_dimension(optimizer) -> int:
     return sum(p.numel() for p in optimizer.params)
 
 
-def canary_ids(coordinates: Sequence[int]) -> tuple[str, ...]:
-    """The public ids "dirac:<j>" of the canaries on `coordinates` (the ids a membership commitment binds)."""
-    return tuple(f"dirac:{int(j)}" for j in coordinates)
-
-
 class GradientCanaries:
     """Dirac canaries on `optimizer` (module docstring). Installed at construction; `remove()` (or leaving a
     `with` block) uninstalls them and restores the optimizer's divisor."""
@@ -51,7 +49,6 @@ class GradientCanaries:
     def __init__(self, optimizer, *, coordinates: Sequence[int], presence: Sequence, log_path,
                  sample_rate: float | None = None, records: int | None = None, mask_real: bool = True,
                  seed: int | None = None):
-        import numpy as np
         import torch
 
         from privcheck.integrations.opacus_run import opacus_parameters
@@ -73,7 +70,8 @@ class GradientCanaries:
         self.optimizer, self.reserved, self.mask_real = optimizer, tuple(J), mask_real
         self.ids = canary_ids(J)
         self.q, self.C = params["q"], params["C"]
-        self._present = torch.tensor(bits.astype(bool))
+        self._log = CanaryLogWriter(self.log_path, J, clip_norm=self.C, mask_real=mask_real)
+        self._present = bits.astype(bool)
         seed = entropy_seed() if seed is None else v.count("seed", seed, minimum=0)
         self._coins = torch.Generator().manual_seed(derive_seed(seed, "canary-coins", "privcheck.integrations"))
         self.privacy_release = seed is None
@@ -84,18 +82,36 @@ class GradientCanaries:
             n = v.count("records", records)
             if optimizer.loss_reduction == "mean":
                 optimizer.expected_batch_size = self.q * (n + len(J))
-        # where each reserved coordinate lives: (parameter index, index inside the flattened parameter)
-        bounds, start = [], 0
-        for p in optimizer.params:
-            bounds.append((start, start + p.numel()))
-            start += p.numel()
-        self._where = [next((k, j - a) for k, (a, b) in enumerate(bounds) if a <= j < b) for j in J]
-        # the same map as index tensors, one entry per parameter holding canaries: (k, canary slots, local indices)
-        owner = torch.tensor([k for k, _ in self._where], dtype=torch.int64)
-        local = torch.tensor([j for _, j in self._where], dtype=torch.int64)
-        self._owner, self._local = owner, local
-        self._groups = [(k, torch.nonzero(owner == k).reshape(-1), local[owner == k])
-                        for k in range(len(bounds)) if bool((owner == k).any())]
+        # Where each reserved coordinate lives, as index tensors built once. Canary slots are kept in `order`
+        # (by parameter, then slot), so each parameter's included canaries are one contiguous run of the included
+        # ones; a canary's row is its rank in that order (rows only need to be distinct: each canary row is zero
+        # outside its coordinate, so no sum or norm depends on the rows' order). For coordinates in increasing
+        # order (`reserved_coordinates`), `order` is the slot order.
+        sizes = [p.numel() for p in optimizer.params]
+        ends = np.cumsum(sizes)
+        Jn = np.asarray(J, dtype=np.int64)
+        owner = np.searchsorted(ends, Jn, side="right")        # the parameter holding each coordinate
+        local = Jn - (ends - np.asarray(sizes))[owner]         # its index inside the flattened parameter
+        order = np.argsort(owner, kind="stable")
+        self._order = None if np.array_equal(order, np.arange(len(J))) else order
+        self._unorder = None if self._order is None else np.argsort(order)
+        self._width = np.asarray(sizes, dtype=np.int64)[owner[order]]        # n_k of each canary, in `order`
+        self._local = local[order]
+        devices = [p.device for p in optimizer.params]
+        counts = np.bincount(owner, minlength=len(sizes))
+        firsts = np.concatenate([[0], np.cumsum(counts)])
+        # per parameter holding canaries: (k, local indices, the same on its device), and each canary's group, in
+        # `order`
+        self._groups = [(k, self._local[firsts[k]:firsts[k + 1]],
+                         torch.from_numpy(self._local[firsts[k]:firsts[k + 1]]).to(devices[k]))
+                        for k in range(len(sizes)) if counts[k]]
+        self._sizes = sizes
+        # CPU tensors numpy can view are written through numpy: a handful of small tensor operations per parameter
+        # each step cost more than the step of a small model; the torch path gives the same values
+        self._numpy = all(p.device.type == "cpu" and p.dtype in (torch.float16, torch.float32, torch.float64)
+                          for p in optimizer.params)
+        self._group_of = np.repeat(np.arange(len(self._groups)), counts[counts > 0])
+        self._group_ids = np.arange(len(self._groups) + 1)
         self._previous = optimizer.clip_and_accumulate
         optimizer.clip_and_accumulate = self._clip_and_accumulate
         self._handle = optimizer.original_optimizer.register_step_pre_hook(self._log_step)
@@ -104,47 +120,66 @@ class GradientCanaries:
 
     def _clip_and_accumulate(self):
         """Mask J on the real rows and append the included canaries' rows to the per-sample gradients Opacus
-        already holds (one copy per parameter that needs either, index writes, no loop over canaries), then run
-        Opacus's own clip and accumulate on them."""
+        already holds (one padded copy per parameter that needs either, one index fill per mask and per parameter
+        holding included canaries, no loop over canaries), then run Opacus's own clip and accumulate on them."""
         import torch
 
         opt = self.optimizer
         params = list(opt.params)
         samples = [g.detach() for g in opt.grad_samples]
+        B = samples[0].shape[0] if samples else 0
         # Opacus queues a flag per physical batch of a virtual step; the canaries join the last one only.
         queue = getattr(opt, "_step_skip_queue", None) or []
-        which = None
+        r, bounds, where = 0, None, None
         if not (queue and queue[0]):
-            coins = torch.rand(len(self.reserved), generator=self._coins) < self.q
-            included = coins & self._present
+            coins = (torch.rand(len(self.reserved), generator=self._coins) < self.q).numpy()
+            included = coins & self._present                  # in slot order: the log's inclusion bits
             self._included = included
-            which = torch.nonzero(included).reshape(-1)        # canary slots included, in slot order
-        r = 0 if which is None else int(which.numel())
-        row_of = None
+            picked = np.flatnonzero(included if self._order is None else included[self._order])
+            r = int(picked.size)
+            if r:
+                # flat position of each included canary's C in its parameter's padded (B + r, n_k) rows, and
+                # where each parameter's run of them starts and ends
+                where = (B + np.arange(r)) * self._width[picked] + self._local[picked]
+                bounds = np.searchsorted(self._group_of[picked], self._group_ids).tolist()
+        mask = self.mask_real and B > 0
+        fill = {k: (g, None) for g, (k, _, _) in enumerate(self._groups)} if mask else {}
         if r:
-            row_of = torch.full((len(self.reserved),), -1, dtype=torch.int64)
-            row_of[which] = torch.arange(r)                    # canary slot -> its appended row
-        touched = {k: (slots, loc) for k, slots, loc in self._groups}
+            for g, (k, _, _) in enumerate(self._groups):
+                if bounds[g + 1] > bounds[g]:
+                    fill[k] = (g if mask else None, where[bounds[g]:bounds[g + 1]])
         for k, p in enumerate(params):
-            g = samples[k]
-            B = g.shape[0]
-            if not r and not (k in touched and self.mask_real and B):
-                continue
-            out = torch.cat([g, torch.zeros((r, *p.shape), dtype=p.dtype, device=p.device)]) if r else g.clone()
-            if k in touched:
-                slots, loc = touched[k]
-                flat = out.view(B + r, -1)
-                if self.mask_real and B:
-                    flat[:B, loc.to(flat.device)] = 0
-                if r:
-                    rows = row_of[slots]
-                    hit = rows >= 0
-                    if bool(hit.any()):
-                        flat[(B + rows[hit]).to(flat.device), loc[hit].to(flat.device)] = self.C
-            samples[k] = out
+            if r or k in fill:
+                masked, canaries = fill.get(k, (None, None))
+                samples[k] = self._extended(samples[k], B, r, self._sizes[k], masked, canaries).view(B + r, *p.shape)
         for p, g in zip(params, samples):
             p.grad_sample = g
         self._previous()
+
+    def _extended(self, g, B: int, r: int, n: int, group: int | None, canaries: np.ndarray | None):
+        """The (B, ...) per-sample gradients `g` as B + r rows of n: r zero rows appended, the real rows zeroed
+        on the reserved coordinates of canary group `group` (None: no mask) and C at the flat `canaries`
+        positions (None: none)."""
+        import torch
+
+        if self._numpy and g.device.type == "cpu":
+            out = torch.empty((B + r, n), dtype=g.dtype)
+            o = out.numpy()
+            o[:B] = g.reshape(B, n).numpy()
+            o[B:] = 0
+            if group is not None:
+                o[:B, self._groups[group][1]] = 0
+            if canaries is not None:
+                o.reshape(-1)[canaries] = self.C
+            return out
+        flat = g.reshape(B, n)
+        flat = torch.nn.functional.pad(flat, (0, 0, 0, r)) if r else flat.clone()
+        if group is not None:
+            loc = self._groups[group][2]
+            flat[:B].index_fill_(1, loc if loc.device == flat.device else loc.to(flat.device), 0)
+        if canaries is not None:
+            flat.view(-1).index_fill_(0, torch.from_numpy(canaries).to(flat.device), self.C)
+        return flat
 
     def _log_step(self, _optimizer, _args, _kwargs):
         import torch
@@ -153,19 +188,18 @@ class GradientCanaries:
         divisor = 1.0 if opt.loss_reduction == "sum" else float(opt.expected_batch_size) * float(
             opt.accumulated_iterations)
         params = list(opt.params)
-        U = torch.empty(len(self.reserved), dtype=torch.float64)
-        for k, slots, loc in self._groups:                     # one gather per parameter holding canaries
-            U[slots] = params[k].grad.detach().reshape(-1)[loc.to(params[k].grad.device)].double().cpu()
+        # one gather per parameter holding canaries, in `order`, then back to slot order
+        grads = [params[k].grad.detach().reshape(-1) for k, _, _ in self._groups]
+        if self._numpy and all(g.device.type == "cpu" for g in grads):
+            U = np.concatenate([g.numpy()[loc] for g, (_, loc, _) in zip(grads, self._groups)]).astype(np.float64)
+        else:
+            U = torch.cat([g.index_select(0, loc).to("cpu", torch.float64)
+                           for g, (_, _, loc) in zip(grads, self._groups)]).numpy()
+        if self._unorder is not None:
+            U = U[self._unorder]
         self.t += 1
-        included = self._included
-        inc = [] if included is None else included.to(torch.int64).tolist()
-        append_lines(self.log_path, [
-            {"kind": "round", "t": self.t, "reserved": list(self.reserved), "U": (U * divisor).tolist(),
-             "sigma_C": float(opt.noise_multiplier) * float(opt.max_grad_norm), "divisor": divisor},
-            {"kind": "diagnostics", "t": self.t, "diagnostics": {
-                "canary_included": inc,
-                "canary_pre_clip_norms": {cid: self.C for cid, b in zip(self.ids, inc) if b},
-                "cross_talk_reserved": None, "real_records_masked_on_reserved": self.mask_real}}])
+        self._log.write_round(self.t, U * divisor, divisor=divisor, included=self._included,
+                              sigma_C=float(opt.noise_multiplier) * float(opt.max_grad_norm))
         self._included = None
 
     # ---------------------------------------------------------------------------------------- removal

@@ -8,6 +8,7 @@ import pytest
 
 from audits import gradient_log
 from audits.statistics.report import FDP_BLOCK
+from audits.visibility import read_auditor_log
 from privcheck.errors import CanariesNotObserved, InvalidParameter, PrivcheckError
 from tests.audits.fdp_block import assert_block_recomputes
 
@@ -117,6 +118,59 @@ def test_a_run_without_noise_is_rejected(tmp_path, steinke_only):
     assert report.result["eps_lower"] > report.claim["epsilon"]
 
 
+class _JsonLinesLog:
+    """The hook's previous log format, two JSON lines a step (`privcheck.integrations.auditor_log.append_lines`),
+    written from the values the hook hands its binary writer: the reference for the binary log."""
+
+    def __init__(self, path, reserved, *, clip_norm, mask_real):
+        self.path, self.reserved, self.C, self.mask = path, [int(j) for j in reserved], clip_norm, mask_real
+
+    def write_round(self, t, U, *, sigma_C, divisor, included):
+        from privcheck.integrations.auditor_log import append_lines
+
+        inc = [] if included is None else [int(b) for b in included]
+        append_lines(self.path, [
+            {"kind": "round", "t": t, "reserved": self.reserved, "U": [float(u) for u in U], "sigma_C": sigma_C,
+             "divisor": divisor},
+            {"kind": "diagnostics", "t": t, "diagnostics": {
+                "canary_included": inc,
+                "canary_pre_clip_norms": {f"dirac:{j}": self.C for j, b in zip(self.reserved, inc) if b},
+                "cross_talk_reserved": None, "real_records_masked_on_reserved": self.mask}}])
+
+
+def test_the_binary_log_gives_the_analysis_of_the_json_lines_log(tmp_path, monkeypatch):
+    """The same seeded run (no noise, so the bound is far from 0) logged in the binary format and, through the
+    previous writer, as JSON lines: the same entries, the same trained model, and the same report (ε_lower, the
+    counts of the test and of the realised inclusions; only the commitment's fresh salt differs)."""
+    import opacus  # noqa: F401 - installed by `make test` (the integrations extra): never a silent skip
+    import torch
+
+    from privcheck.integrations import opacus_canaries
+    from tests.integrations.opacus_fixture import tiny_run
+
+    torch.set_num_threads(1)
+    T = 12
+    runs = {}
+    for name in ("auditor_log.bin", "auditor_log.jsonl"):
+        with monkeypatch.context() as mp:
+            if name.endswith(".jsonl"):
+                mp.setattr(opacus_canaries, "CanaryLogWriter", _JsonLinesLog)
+            _, model, opt, loader, step = tiny_run(sigma=2.0)
+            audit = _opacus_audit(opt, loader, T, m=300)
+            report = _train_audited(tmp_path, opt, loader, step, audit, T, noise=False, log_name=name)
+        runs[name] = (report, [p.detach().clone() for p in model.parameters()])
+    (binary, p_bin), (lines, p_json) = runs["auditor_log.bin"], runs["auditor_log.jsonl"]
+    assert (tmp_path / "auditor_log.bin").read_bytes()[:1] == b"\x89"            # not JSON: the binary format
+    assert read_auditor_log(tmp_path / "auditor_log.bin") == read_auditor_log(tmp_path / "auditor_log.jsonl")
+    assert all(torch.equal(a, b) for a, b in zip(p_bin, p_json))
+    assert binary.result["eps_lower"] > 0
+    for section in ("result", "guessing"):   # the same but for the preregistration's digest (a fresh salt each)
+        ours, theirs = getattr(binary, section), getattr(lines, section)
+        assert {**ours, "preregistration": None} == {**theirs, "preregistration": None}, section
+    assert binary.diagnostics == lines.diagnostics
+    assert binary.diagnostics["inclusions_present_mean"] > 0
+
+
 def _opacus_small_q_run(tmp_path, *, noise: bool):
     """The issue-24 Opacus setting: q = 1/32 (batch 1 of 32 records), T = 96, σ = 0.875 (ε ≈ 2.99 at δ = 1e-5),
     m = 1,000 Dirac canaries, the default (guarded) power plan. `noise=False` removes the noise from the optimizer
@@ -137,7 +191,7 @@ def _opacus_small_q_run(tmp_path, *, noise: bool):
     return audit, _train_audited(tmp_path, opt, loader, step, audit, T, noise=noise)
 
 
-def _train_audited(tmp_path, opt, loader, step, audit, T: int, *, noise: bool):
+def _train_audited(tmp_path, opt, loader, step, audit, T: int, *, noise: bool, log_name: str = "auditor_log.bin"):
     """Train T steps under the audit's gradient canaries (without noise: the planted bug of releasing the clipped
     sum as it is) and analyse the auditor's log."""
     from privcheck.integrations.opacus import GradientCanaries
@@ -148,7 +202,7 @@ def _train_audited(tmp_path, opt, loader, step, audit, T: int, *, noise: bool):
                 p.grad = p.summed_grad.view_as(p).clone()
 
         opt.add_noise = no_noise
-    log = tmp_path / "auditor_log.jsonl"
+    log = tmp_path / log_name
     with GradientCanaries(opt, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
                           records=len(loader.dataset), seed=5):
         for _ in range(T // len(loader)):
@@ -251,7 +305,7 @@ def test_a_loop_that_never_steps_the_hooked_optimizer_cannot_see(tmp_path):
     _, _, _, other_loader, other_step = tiny_run(seed=1)
     T = 3
     audit = _opacus_audit(hooked, loader, T)
-    log = tmp_path / "auditor_log.jsonl"
+    log = tmp_path / "auditor_log.bin"
     with GradientCanaries(hooked, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
                           seed=5):
         for _, batch in zip(range(T), other_loader):
@@ -278,12 +332,12 @@ def test_canaries_on_another_dpoptimizer_of_the_same_optimizer_cannot_see(tmp_pa
                        max_grad_norm=opt.max_grad_norm, expected_batch_size=opt.expected_batch_size)
     T = 3
     audit = _opacus_audit(opt, loader, T)
-    log = tmp_path / "auditor_log.jsonl"
+    log = tmp_path / "auditor_log.bin"
     with GradientCanaries(twin, coordinates=audit.design.reserved, presence=audit.presence(), log_path=log,
                           sample_rate=loader.sample_rate, seed=5):
         for _, batch in zip(range(T), loader):
             step(batch)
-    steps = sum(json.loads(line)["kind"] == "round" for line in log.read_text().splitlines())
+    steps = sum(e["kind"] == "round" for e in read_auditor_log(log))
     assert steps >= 1                                           # the pre-hook saw the loop's steps
     with pytest.raises(CanariesNotObserved) as err:
         gradient_log.analyse(log, audit)
