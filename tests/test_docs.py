@@ -70,7 +70,6 @@ SLOW = {
     ("docs/audits.md", "audit power --canaries 10000"): "test_slow_power_plan_figures",
     ("docs/audits.md", "resolve_preset(\"tiny-cpu\").build_policy(0)\nrng"): "test_slow_constant_reward_figures",
     ("docs/audits.md", "for phase in (None, BinaryPretraining())"): "test_slow_constant_reward_figures",
-    ("docs/audits.md", "audit fdp-claim-curve --canaries 1000"): "test_slow_fdp_claim_curve_console",
 }
 
 # Blocks run, with their output compared, by another test.
@@ -781,14 +780,3 @@ def test_slow_dpgrpo_zoo_audit_figures():
         row = printed[variant.replace("`", "")]
         for shown, value in ((claimed, row[1]), (planned, row[2]), (bounds, row[3]), (rejected, row[4])):
             assert same(shown, value), (variant, shown, value)
-
-
-@pytest.mark.slow
-def test_slow_fdp_claim_curve_console(tmp_path, monkeypatch):
-    """docs/audits.md, "f-DP against the claim's own curve": the `privcheck audit fdp-claim-curve` block (about
-    30 s: seven certified curves, the ceiling's search included). Its figures are checked independently in
-    tests/audits/test_fdp_claim.py (the exact Gaussian recursion)."""
-    monkeypatch.chdir(tmp_path)
-    (command,) = [c for b in blocks("docs/audits.md") if b.lang == "console" for c in commands(b)
-                  if "audit fdp-claim-curve" in c.text]
-    check_command(command)

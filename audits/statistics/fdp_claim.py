@@ -32,12 +32,14 @@ from privcheck.accounting import (
     epsilon,
     epsilon_profile,
 )
+from privcheck.accounting.events import NeighboringRelation
 from privcheck.accounting.pld_certified import NOISE_RANGE
 from privcheck.errors import InvalidParameter
 from privcheck.randomness import RandomnessPolicy
 
 __all__ = ["CLAIM_FAMILY_PREFIX", "PLAN_SIMS", "PROFILE_DELTAS", "ClaimCurve", "claim_curve", "claim_eps_lower",
-           "claim_family_label", "fdp_claim_curve", "grid_search", "member", "member_epsilon", "planned_eps_lower"]
+           "claim_family_label", "fdp_claim_curve", "gaussian_equivalent", "grid_search", "member", "member_epsilon",
+           "planned_eps_lower"]
 
 CLAIM_FAMILY_PREFIX = "claim_family:"
 # The δ of the (ε, δ) lines behind each curve: 55 points, 1e-14 … 0.5, log-spaced (4 per decade). The recursion
@@ -107,10 +109,27 @@ def claim_family_label(event) -> str:
     return CLAIM_FAMILY_PREFIX + event.canonical()
 
 
+def gaussian_equivalent(event, *, less_private: bool):
+    """A `PoissonGaussianEvent` with q = 1 under add/remove is T rounds of the Gaussian mechanism of sensitivity C
+    and noise σC; their composition is exactly the Gaussian mechanism with noise σ/√T (μ-GDP composes as
+    μ = √T/σ, and the Gaussian mechanism's trade-off curve is exactly G_μ: Dong, Roth & Su), so its certified ε is
+    the analytic Gaussian's (Arb), a hundred times cheaper than the PLD's and tighter. The float σ/√T is moved two
+    ulps toward the safe side of the use: smaller (`less_private`, for a curve that must lie below the true one)
+    or larger (for an ε that must lie below the true one). Any other event is returned unchanged."""
+    if not (isinstance(event, PoissonGaussianEvent) and event.sampling_rate == 1.0
+            and event.relation is NeighboringRelation.ADD_REMOVE):
+        return event
+    if event.steps == 1:
+        return GaussianEvent(event.noise_multiplier)
+    toward = 0.0 if less_private else math.inf
+    sigma = math.nextafter(math.nextafter(event.noise_multiplier / math.sqrt(event.steps), toward), toward)
+    return GaussianEvent(sigma)
+
+
 @functools.lru_cache(maxsize=512)
 def claim_curve(event) -> ClaimCurve:
     """f_L of `event` from its certified privacy profile on PROFILE_DELTAS (lines with ε = inf are dropped)."""
-    eps = np.array(epsilon_profile(_check_event(event), PROFILE_DELTAS))
+    eps = np.array(epsilon_profile(gaussian_equivalent(_check_event(event), less_private=True), PROFILE_DELTAS))
     keep = np.isfinite(eps)
     return ClaimCurve(eps=eps[keep], delta=np.array(PROFILE_DELTAS)[keep])
 
@@ -118,7 +137,7 @@ def claim_curve(event) -> ClaimCurve:
 @functools.lru_cache(maxsize=512)
 def member_epsilon(event, delta: float) -> float:
     """The lower end of the certified enclosure of ε(event, δ) (0 when the accountant gives none)."""
-    rec = epsilon(event, delta)
+    rec = epsilon(gaussian_equivalent(event, less_private=False), delta)
     low = rec.certified.lower if rec.certified is not None else 0.0
     return max(0.0, low) if math.isfinite(low) else 0.0
 
@@ -152,6 +171,7 @@ def proxy_curve(event) -> ClaimCurve | None:
     pessimistic PLD (interval 1e-3, one composition for all lines) on 256 ε_j, or of the exact μ-GDP profile of a
     GaussianEvent. None when it cannot be computed (the search then starts at the claim). Nothing reported rests on
     it: every rejection behind a reported figure is the certified curve's."""
+    event = gaussian_equivalent(event, less_private=True)
     try:
         if isinstance(event, GaussianEvent):
             mu = event.sensitivity / event.sigma

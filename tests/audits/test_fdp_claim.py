@@ -290,3 +290,40 @@ def test_prob_zero_counts_the_audits_that_reject_nothing():
     strong = fc.planned_eps_lower(1000, event=GAUSS_EXACT, delta=1e-5, score_model="gdp:4", sims=40, seed=2,
                                   rules=[(100, 0)])
     assert weak["prob_zero"] >= 0.9 and strong["prob_zero"] == 0.0
+
+
+def _gaussian_eps(mu, delta):
+    """ε(δ) of μ-GDP in mpmath (50 digits): the root of Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2) = δ."""
+    with mp.workdps(50):
+        mu, delta = mp.mpf(mu), mp.mpf(delta)
+        if mp.ncdf(mu / 2) - mp.ncdf(-mu / 2) <= delta:     # already (0, δ)-DP
+            return mp.mpf(0)
+        lo, hi = mp.mpf(0), mp.mpf(60)          # δ(ε) decreases in ε: bisection to 2^-200 of the bracket
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if mp.ncdf(-mid / mu + mu / 2) - mp.exp(mid) * mp.ncdf(-mid / mu - mu / 2) > delta:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+
+def test_full_batch_claims_use_the_exact_gaussian_curve():
+    """q = 1 under add/remove: T rounds at σ are exactly the Gaussian mechanism with μ = √T/σ, so the claim curve's
+    lines are the analytic Gaussian's: each ε_i at or above the exact μ-GDP ε(δ_i) (mpmath), and within 1e-6 of it;
+    the float σ/√T rounds to the safe side of each use (exact rational check)."""
+    from fractions import Fraction
+
+    event = PoissonGaussianEvent(1.0, 2.0, 4)                  # μ = √4/2 = 1
+    curve = fc.claim_curve(event)
+    for e, d in zip(curve.eps[::6], curve.delta[::6]):
+        exact = _gaussian_eps(1, float(d))
+        assert exact <= e <= exact + 1e-6, (d, e, exact)
+    odd = PoissonGaussianEvent(1.0, 1.3, 7)                     # σ/√T not a float
+    low = fc.gaussian_equivalent(odd, less_private=True).sigma
+    high = fc.gaussian_equivalent(odd, less_private=False).sigma
+    assert Fraction(low) ** 2 * 7 < Fraction(1.3) ** 2 < Fraction(high) ** 2 * 7
+    assert fc.gaussian_equivalent(PoissonGaussianEvent(0.5, 1.0, 4), less_private=True) \
+        == PoissonGaussianEvent(0.5, 1.0, 4)                     # subsampled: the PLD, unchanged
+    assert fc.gaussian_equivalent(PoissonGaussianEvent(1.0, 1.0, 4, "replace_one"), less_private=True).relation \
+        .value == "replace_one"
