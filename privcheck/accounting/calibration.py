@@ -38,7 +38,8 @@ from privcheck.environment import library_versions
 from privcheck.errors import InvalidParameter
 from privcheck.serialization import freeze, jsonable
 
-__all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETERS", "PLD_TARGET_MAX", "SEARCH_INTERVAL",
+__all__ = ["CERTIFIED_GAP", "COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETERS", "PLD_TARGET_MAX",
+           "SEARCH_INTERVAL",
            "SIGMA_CEILING", "SIGMA_FLOOR", "calibrate", "calibrate_sigma", "clear_cache", "calibrate_steps"]
 
 # The noise range searched: the floor is the accountant's own (pld_certified.NOISE_RANGE; below it one round's float
@@ -46,6 +47,12 @@ __all__ = ["COARSE_INTERVAL", "Calibration", "CalibrationInfeasible", "PARAMETER
 # Gaussian release, q = 1, T = 1, δ = 1e-5). Above 10⁴ a noise multiplier is not a useful training setting.
 SIGMA_FLOOR, SIGMA_CEILING = NOISE_RANGE[0], 1e4
 _SAFE_STEPS = 8
+# A noise calibration ends with its certified ε in [target − CERTIFIED_GAP, target], or says why it could not (the
+# certified figure jumped across that window between adjacent values: the lattice's limit); a steps calibration ends
+# at the largest T whose certified ε meets the target. At most _TIGHTEN_EVALS certified evaluations are spent on it.
+CERTIFIED_GAP = 1e-5
+_TIGHTEN_EVALS = 24
+_JUMP_WIDTH = 1e-7        # a bracket this narrow (relative) that still straddles a gap > CERTIFIED_GAP is a jump
 SEARCH_INTERVAL = 1e-3      # float PLD lattice of the search's fine stage (σ); the certified check decides
 COARSE_INTERVAL = 1e-2      # and of its bracketing stage
 _COARSE_RESOLUTION = 1e-4   # the coarse stage narrows σ to this relative width
@@ -83,6 +90,8 @@ class Calibration:
     event: Event | None = None     # the event at `value`: what the achieved ε was computed from
     delta: float | None = None
     certified_step: float = 0.0    # how far `value` moved from the float search's end to meet the certified ε
+    limit: str | None = None       # why the certified ε stops short of the target by more than CERTIFIED_GAP
+                                   # (noise) or T + 1 was not shown to exceed it (steps); None: minimal
 
     def __post_init__(self):
         object.__setattr__(self, "inputs", freeze(self.inputs))
@@ -94,12 +103,24 @@ class Calibration:
     def epsilon(self) -> float:
         return self.achieved.value
 
+    @property
+    def gap(self) -> float:
+        """target − certified ε: the privacy the calibration leaves unspent (≤ CERTIFIED_GAP for a minimal noise
+        calibration)."""
+        return self.target_epsilon - self.achieved.value
+
+    @property
+    def minimal(self) -> bool:
+        """No smaller noise (larger T) is certified to meet the target, to CERTIFIED_GAP in ε (to one step)."""
+        return self.limit is None
+
     def to_json(self) -> dict:
         return {"parameter": self.parameter, "value": self.value, "bracket": list(self.bracket),
                 "target_epsilon": self.target_epsilon, "epsilon": self.achieved.value,
                 "achieved": self.achieved.to_json(), "inputs": jsonable(self.inputs),
                 "evaluations": self.evaluations, "wall_time_s": self.wall_time_s,
                 "libraries": dict(self.libraries), "delta": self.delta, "certified_step": self.certified_step,
+                "gap": self.gap, "minimal": self.minimal, "limit": self.limit,
                 "event": None if self.event is None else self.event.to_json()}
 
 
@@ -204,11 +225,104 @@ def calibrate(make_event, target_epsilon, delta=None, *, parameter: str = "noise
         raise CalibrationInfeasible(target, f"an ε the certified accountant confirms near the float search's "
                                             f"answer (it gave {achieved.value!r} at {parameter} = {value!r})")
     bracket = (bracket[0], value)
+
+    def certified(x) -> AccountingRecord | None:
+        """The certified record at x (None where the family refuses x: treated as not meeting the target)."""
+        nonlocal evals
+        evals += 1
+        try:
+            return epsilon(make_event(x), delta)
+        except (InvalidParameter, ValueError, ArithmeticError):
+            return None
+
+    # The float search's pessimistic lattice can leave privacy unspent: move to the certified figure's own crossing.
+    tighten = _tighten_steps if parameter == "steps" else _tighten_noise
+    value, achieved, unsafe, limit = tighten(certified, target, value, achieved)
+    event = make_event(value)
+    if unsafe is not None:
+        bracket = (unsafe, value)
     return Calibration(
         parameter=parameter, value=value, bracket=bracket, target_epsilon=target, achieved=achieved,
         inputs=dict(inputs or {"event": probe.to_json(), "delta": delta, "interval": interval}),
         evaluations=evals, wall_time_s=time.perf_counter() - start, event=event, delta=delta,
-        certified_step=abs(value - searched))
+        certified_step=abs(value - searched), limit=limit)
+
+
+def _meets(rec, target: float) -> bool:
+    return rec is not None and rec.value <= target
+
+
+def _tighten_noise(certified, target: float, hi: float, rec_hi):
+    """From hi (certified ε ≤ target) down to the smallest noise whose certified ε is in [target − CERTIFIED_GAP,
+    target]: a first probe at hi·(ε/target), which lies at or below the crossing whenever ε falls at least like 1/σ
+    (then lowered by halving the log-distance's complement until a probe misses the target), then regula falsi on
+    (log σ, log ε) with guard probes. Returns (value, record, lowest probe that missed the target or None, limit)."""
+    lo = None
+    rec_lo = None
+    for i in range(_TIGHTEN_EVALS):
+        if target - rec_hi.value <= CERTIFIED_GAP:
+            return hi, rec_hi, lo, None
+        if lo is None:
+            ratio = rec_hi.value / target if rec_hi.value > 0 else 0.5
+            x = hi * max(ratio, 0.5)
+        elif i % 3 == 2:                 # a bisection step (in log σ) every third probe: the bracket always shrinks
+            x = math.sqrt(lo * hi)
+        else:
+            x = _crossing_estimate(lo, rec_lo.value if _finite(rec_lo) else math.inf, hi, rec_hi.value,
+                                   target - 0.5 * CERTIFIED_GAP)
+            guard = 1e-3 * (hi - lo)
+            x = min(max(x, lo + guard), hi - guard)
+        if not (lo or 0.0) < x < hi or x == hi:
+            break
+        rec = certified(x)
+        if _meets(rec, target):
+            hi, rec_hi = x, rec
+        else:
+            lo, rec_lo = x, rec
+        if lo is not None and hi - lo <= _JUMP_WIDTH * hi:   # the certified figure jumps here: the lattice's limit
+            break
+    if target - rec_hi.value <= CERTIFIED_GAP:
+        return hi, rec_hi, lo, None
+    shown = "none below it was evaluated" if lo is None else (
+        f"noise {lo!r} gives {rec_lo.value if rec_lo is not None else 'no certified figure'!r}")
+    return hi, rec_hi, lo, (f"the certified ε at noise {hi!r} is {rec_hi.value!r}, {target - rec_hi.value:.3g} below "
+                            f"the target, and {shown}: the certified figure does not reach the target more "
+                            f"closely here (its lattice and tails; docs/accounting.md, \"Calibration\")")
+
+
+def _finite(rec) -> bool:
+    return rec is not None and math.isfinite(rec.value)
+
+
+def _tighten_steps(certified, target: float, good: int, rec_good):
+    """From T = good (certified ε ≤ target) up to the largest T whose certified ε meets the target: galloping
+    from good + 1, then bisection. Returns (T, record, the least T shown to miss the target or None, limit)."""
+    bad = None
+    step = 1
+    spent = 0
+    while bad is None:
+        if good >= MAX_STEPS:
+            return good, rec_good, None, None
+        if spent >= _TIGHTEN_EVALS:
+            return good, rec_good, None, f"T = {good + step} was not evaluated (evaluation budget)"
+        cand = min(good + step, MAX_STEPS)
+        rec = certified(cand)
+        spent += 1
+        if _meets(rec, target):
+            good, rec_good, step = cand, rec, 2 * step
+        else:
+            bad = cand
+    while bad - good > 1:
+        if spent >= _TIGHTEN_EVALS:
+            return good, rec_good, bad, f"T in ({good}, {bad}) not settled (evaluation budget)"
+        mid = (good + bad) // 2
+        rec = certified(mid)
+        spent += 1
+        if _meets(rec, target):
+            good, rec_good = mid, rec
+        else:
+            bad = mid
+    return good, rec_good, bad, None
 
 
 def _search_noise(eps, target: float, interval, coarse, tol: float):
