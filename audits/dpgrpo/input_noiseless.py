@@ -93,7 +93,7 @@ class NoiselessCheck:
         if self.assumption_met:
             return f" NOISELESS PILOT: {head}, which supports the guard's assumption."
         return (f" NOISELESS GUARD ASSUMPTION NOT MET: {head}, so a run with its noise removed need not be "
-                f"rejected; the miss bound above does not hold for this mechanism.")
+                f"rejected; the miss bound above is not supported for this mechanism.")
 
     def to_json(self) -> dict:
         return {"pilot_canaries": self.pilot_canaries, "sampled_included": self.sampled_included,
