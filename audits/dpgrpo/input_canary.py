@@ -9,6 +9,7 @@ The parts live in one module each:
 * `audits.dpgrpo.input_scoring` — the canaries, the scorer's view of the trained policy, the log-odds score;
 * `audits.dpgrpo.input_training` — training with appended canary records, the hooks' per-canary facts;
 * `audits.dpgrpo.input_pilot` — the public power pilot;
+* `audits.dpgrpo.input_noiseless` — the public pilot retrained without noise: does the noiseless guard hold?
 * `audits.dpgrpo.input_design` — the pre-registered design;
 * `audits.dpgrpo.input_report` — scoring, reveal, test and diagnostics after training;
 * this module — the end-to-end audit (`run_input_canary_audit`), which re-exports the public names above.

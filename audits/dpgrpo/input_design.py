@@ -2,7 +2,9 @@
 
 Everything here is fixed before the audited training starts and holds no membership bit: the canaries (their
 secret labels stay with the auditor until the reveal), the privacy plan with its certified ε, the pilot's scores,
-the power plan that fixes (k₊, k₋) and the `Preregistration` that binds them to the membership commitment.
+the power plan that fixes (k₊, k₋) and the `Preregistration` that binds them to the membership commitment. When
+the plan is guarded against runs without noise, the pilot is retrained without noise to check the guard's
+assumption (`audits.dpgrpo.input_noiseless`); the check is reported and never changes (k₊, k₋).
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ from pathlib import Path
 
 from audits import canary as cn
 from audits.dpgrpo.gradient_canary import AuditPreset, CanaryIds
+from audits.dpgrpo.input_noiseless import (
+    NOISELESS_PILOT_LOG_NAME,
+    NoiselessCheck,
+    check_noiseless_assumption,
+    with_noiseless_check,
+)
 from audits.dpgrpo.input_pilot import PILOT_LOG_NAME, Pilot, run_pilot
 from audits.dpgrpo.input_scoring import InputCanary, LogOddsDelta
 from audits.statistics.power import PowerReport
@@ -43,6 +51,7 @@ class InputAuditDesign(CanaryIds):
     pretraining: dict
     confidence: float
     score: LogOddsDelta = field(default_factory=LogOddsDelta)
+    noiseless_check: NoiselessCheck | None = None   # the pilot without noise, when the plan is guarded
 
     @property
     def epsilon(self) -> float:
@@ -72,9 +81,16 @@ def design_input_audit(spec: AuditPreset, model, tokenizer, plan, config, *, can
                       log_path=private / PILOT_LOG_NAME, trainer_cls=trainer_cls)
     power = power_plan(m, delta=plan.delta, confidence=confidence, eps_nominal=plan.epsilon().value,
                        score_model=pilot_model(pilot, plan), sims=plan_sims, seed=seed)
+    check = None
+    if power.noiseless is not None and power.noiseless["guarded"]:      # the plan promises a noiseless rejection
+        check = check_noiseless_assumption(spec, model, tokenizer, config, prompts=pilot_prompts, seed=seed,
+                                           log_path=private / NOISELESS_PILOT_LOG_NAME, trainer_cls=trainer_cls,
+                                           k_plus=power.k_plus, k_minus=power.k_minus, m=m)
+    power = with_noiseless_check(power, check)
     prereg = cn.Preregistration(m=m, delta=plan.delta, confidence=confidence, selection="explicit",
                                 k_plus=power.k_plus, k_minus=power.k_minus, canary_type=CANARY_TYPE,
                                 score=SCORE_NAME, tie_break_seed=cn.TIE_BREAK_SEED, commitment=commitment)
     return InputAuditDesign(preset=spec.name, plan=plan, config=config, n_real=n_real, canaries=canaries,
                             prompt_digits=digits, pilot=pilot, power=power, preregistration=prereg,
-                            label_commitment=label_commitment, pretraining=pretraining, confidence=confidence)
+                            label_commitment=label_commitment, pretraining=pretraining, confidence=confidence,
+                            noiseless_check=check)

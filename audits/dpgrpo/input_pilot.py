@@ -21,7 +21,7 @@ from audits.dpgrpo.input_scoring import PolicyView, input_canaries, score_model_
 from audits.dpgrpo.input_training import CanaryTelemetry, train_with_canaries
 from audits.statistics.score_models import Empirical
 
-__all__ = ["PILOT_LOG_NAME", "PILOT_RECORDS_SEED", "Pilot", "run_pilot"]
+__all__ = ["PILOT_LOG_NAME", "PILOT_RECORDS_SEED", "Pilot", "PilotRun", "run_pilot", "train_pilot"]
 
 PILOT_LOG_NAME = "pilot_log.jsonl"
 PILOT_RECORDS_SEED = 1_000_003  # public seed (added to the preset's) of the pilot's stand-in real records
@@ -61,9 +61,21 @@ class Pilot:
                 "seeded": self.seeded}
 
 
-def run_pilot(spec: AuditPreset, base_model, tokenizer, config, *, prompts, seed: int | None, log_path: Path,
-              trainer_cls) -> Pilot:
-    """Train a copy of the public base with public canaries on public stand-in records and score them."""
+@dataclass(frozen=True, eq=False)
+class PilotRun:
+    """One trained pilot: every public canary's score, its public inclusion and its realised inclusion count."""
+
+    scores: np.ndarray = field(repr=False)
+    present: np.ndarray = field(repr=False)
+    inclusions: np.ndarray = field(repr=False)
+    constant_reward_frac: float | None
+
+
+def train_pilot(spec: AuditPreset, base_model, tokenizer, config, *, prompts, seed: int | None, log_path: Path,
+                trainer_cls) -> PilotRun:
+    """Train a copy of the public base with public canaries on public stand-in records and score them. The public
+    labels, inclusion and trainer seed come from the pilot's own generator, so two calls with one seed differ only
+    by `trainer_cls` (the noiseless check relies on it)."""
     m = len(prompts)
     rng = np.random.default_rng(None if seed is None else derived_seed(seed, "pilot"))
     labels = tuple(OPTIONS[b] for b in rng.integers(0, 2, size=m))
@@ -79,5 +91,13 @@ def run_pilot(spec: AuditPreset, base_model, tokenizer, config, *, prompts, seed
                         trainer_cls)
     scores = score_model_view(PolicyView(model, tokenizer, config.max_prompt_len), canaries).values
     telemetry = CanaryTelemetry.from_log(log_path, m)
-    return Pilot(tuple(prompts), scores[present].copy(), scores[~present].copy(), telemetry.constant_fraction,
-                 seed is not None)
+    return PilotRun(scores, present, telemetry.inclusions, telemetry.constant_fraction)
+
+
+def run_pilot(spec: AuditPreset, base_model, tokenizer, config, *, prompts, seed: int | None, log_path: Path,
+              trainer_cls) -> Pilot:
+    """The power pilot (`train_pilot`): its in/out scores."""
+    run = train_pilot(spec, base_model, tokenizer, config, prompts=prompts, seed=seed, log_path=log_path,
+                      trainer_cls=trainer_cls)
+    return Pilot(tuple(prompts), run.scores[run.present].copy(), run.scores[~run.present].copy(),
+                 run.constant_reward_frac, seed is not None)

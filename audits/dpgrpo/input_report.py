@@ -79,7 +79,8 @@ def analyse(model, tokenizer, log_path, design: InputAuditDesign, membership: cn
               "canary_prompt": {"digits": design.prompt_digits, "suffix": PROMPT_SUFFIX, "options": list(OPTIONS)},
               "canary_labels": "secret, uniform on the options, own generator (independent of S)",
               "canary_labels_commitment": design.label_commitment,
-              "public_pretraining": design.pretraining, "pilot": design.pilot.to_json()}
+              "public_pretraining": design.pretraining, "pilot": design.pilot.to_json(),
+              "noiseless_pilot": None if design.noiseless_check is None else design.noiseless_check.to_json()}
     params.update(mechanism_params or {})
     telemetry = CanaryTelemetry.from_log(log_path, design.m)
     rep = preregistered_report(frozen, membership, design, params,

@@ -101,6 +101,10 @@ def test_guess_rule_comes_from_a_public_pilot_before_training(audit):
     assert power.eps_nominal == rep.claim["epsilon"] and power.delta == rep.claim["delta"]
     summary = rep.claim["mechanism"]["params"]["pilot"]
     assert summary["canaries"] == PILOT and summary["auroc"] == pytest.approx(pilot.auroc)
+    # ceiling < claim: the plan promises nothing about a noiseless run, so no noiseless pilot is trained
+    assert power.noiseless["guarded"] is False and power.noiseless["assumption"] is None
+    assert design.noiseless_check is None and rep.claim["mechanism"]["params"]["noiseless_pilot"] is None
+    assert not (audit.log_path.parent / "noiseless_pilot_log.jsonl").exists()
     assert audit.headline()["planned_eps_lower"] == power.planned_eps_lower
 
 
@@ -335,6 +339,117 @@ def test_public_prompts_and_pretraining_examples():
     assert 140 <= labels.count("0") <= 260 and set(labels) == {"0", "1"}     # public labels, ~uniform
     mixed = ic.BinaryPretraining().examples(6)(random.Random(3), 400)
     assert 100 <= sum("+" in e.prompt for e in mixed) <= 300                   # addition examples kept
+
+
+# ------------------------------------------------------------------------------------------ runs without noise
+
+def _pilot_run(scores, present, inclusions):
+    from audits.dpgrpo.input_pilot import PilotRun
+    return PilotRun(np.array(scores, dtype=float), np.array(present, dtype=bool), np.array(inclusions), None)
+
+
+def test_noiseless_check_counts_sampled_included_canaries_above_all_others():
+    from audits.dpgrpo.input_noiseless import NoiselessCheck
+
+    # canaries 0–2 sampled and included, 3 included but never sampled, 4–5 excluded
+    present, inclusions = [1, 1, 1, 1, 0, 0], [2, 1, 3, 0, 0, 0]
+    full = NoiselessCheck.from_run(_pilot_run([9, 8, 7, 1, 2, 0], present, inclusions), k_plus=2, k_minus=1, m=6)
+    assert (full.sampled_included, full.top_pure, full.auroc) == (3, 3, 1.0)
+    assert full.separated and full.assumption_met and full.top_pure_needed == 3
+    # one sampled included canary (score 1) below an excluded one (2): top-only rules up to 2 of 6 still hold
+    part = _pilot_run([9, 8, 1, 0, 2, 0], present, inclusions)
+    top2 = NoiselessCheck.from_run(part, k_plus=2, k_minus=0, m=6)
+    assert (top2.top_pure, top2.top_pure_needed, top2.separated, top2.assumption_met) == (2, 2, False, True)
+    assert top2.auroc == pytest.approx((3 + 3 + 2) / 9)     # by hand: rest = {0, 2, 0}; 9, 8 beat all, 1 beats two
+    assert NoiselessCheck.from_run(part, k_plus=3, k_minus=0, m=6).assumption_met is False
+    assert NoiselessCheck.from_run(part, k_plus=2, k_minus=1, m=6).assumption_met is False   # bottom: needs all
+    # the pilot's scale: k₊ = 20 of m = 60 audit canaries needs the top 2 of 6 pilot canaries
+    assert NoiselessCheck.from_run(part, k_plus=20, k_minus=0, m=60).assumption_met is True
+    # a tie with a non-sampled canary counts against the assumption
+    tied = NoiselessCheck.from_run(_pilot_run([9, 2, 7, 1, 2, 0], present, inclusions), k_plus=3, k_minus=0, m=6)
+    assert tied.top_pure == 2 and tied.assumption_met is False and "NOT MET" in tied.sentence()
+    assert "supports" in full.sentence() and full.to_json()["assumption_met"] is True
+
+
+def test_noiseless_check_is_added_to_the_plan_without_changing_its_rule():
+    from audits.dpgrpo.input_noiseless import NoiselessCheck, with_noiseless_check
+    from audits.statistics.power import plan
+    from audits.statistics.score_models import Empirical
+
+    rng = np.random.default_rng(0)
+    model = Empirical(rng.normal(1, 1, 400), rng.normal(0, 1, 400), 0.5, 10)
+    power = plan(200, delta=1e-4, confidence=0.95, eps_nominal=1.0, score_model=model, sims=5, seed=1)
+    assert power.noiseless["guarded"] is True
+    check = NoiselessCheck.from_run(_pilot_run([1, 0], [1, 0], [1, 0]), k_plus=power.k_plus, k_minus=0, m=200)
+    checked = with_noiseless_check(power, check)
+    assert checked.noiseless == {**power.noiseless, "assumption": check.to_json()}
+    assert (checked.k_plus, checked.k_minus, checked.planned_eps_lower) == \
+        (power.k_plus, power.k_minus, power.planned_eps_lower)
+    assert checked.message == power.message + check.sentence()
+    assert with_noiseless_check(power, None).noiseless["assumption"] is None
+    unguarded = plan(200, delta=1e-4, confidence=0.95, eps_nominal=1.0, score_model=Empirical(
+        rng.normal(1, 1, 400), rng.normal(0, 1, 400)), sims=5, seed=1)
+    assert unguarded.noiseless is None and with_noiseless_check(unguarded, check) is unguarded
+
+
+def test_noiseless_trainer_releases_the_clipped_sum_over_the_divisor():
+    from audits.dpgrpo.input_noiseless import noiseless_trainer
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    cls = noiseless_trainer(DPTrainer)
+    assert issubclass(cls, DPTrainer) and cls.__name__ == "NoiselessDPTrainer"
+    fake = type("Fake", (), {"divisor": 4.0})()
+    S = torch.tensor([1.0, -2.0, 8.0])
+    assert torch.equal(cls.privatize(fake, S), torch.tensor([0.25, -0.5, 2.0]))
+
+
+def _no_noise():
+    from mechanisms.dpgrpo.trainer import DPTrainer
+
+    class NoNoise(DPTrainer):
+        """The planted bug: the clipped sum is released without noise (public divisor kept, σ still claimed)."""
+
+        def privatize(self, S):
+            return S / self.divisor
+
+    return NoNoise
+
+
+NL_M, NL_T, NL_EPS, NL_SEED = 200, 10, 2.0, 1     # the guarded configuration (ceiling ≈ 3.9 > ε = 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", [False, True])
+def test_a_tiny_cpu_input_space_run_without_noise_is_flagged_by_the_noiseless_pilot(noise):
+    """tiny-cpu, 4 real records, q = 0.5, T = 10, m = 200 input-space canaries, a 200-canary pilot, ε = 2 claimed
+    at δ = 1/(10·n′) (σ calibrated; below the ceiling ≈ 3.9, so the plan is guarded). The tiny policy does not
+    memorise its canaries even without noise (docs/audits.md, "Pilot score models"), so the guard's assumption fails:
+    the public pilot retrained without noise says so, and indeed neither the noiseless run (NoNoise, same seed) nor
+    the honest one is rejected. Seeded (trainers, membership, labels, prompts, pilot, plan): deterministic."""
+    res = ic.run_input_canary_audit(preset="tiny-cpu", canaries=NL_M, seed=NL_SEED, rounds=NL_T, q=Q,
+                                    n_real=N_REAL, pilot_canaries=NL_M, target_epsilon=NL_EPS, plan_sims=20,
+                                    trainer_cls=None if noise else _no_noise())
+    power, rep, check = res.design.power, res.report, res.design.noiseless_check
+    plan = res.design.plan
+    certified = epsilon(PoissonGaussianEvent(plan.sampling_rate, plan.noise_multiplier, plan.steps), plan.delta).value
+    assert rep.claim["epsilon"] == certified and NL_EPS - 1e-3 < certified <= NL_EPS
+    assert power.noiseless["guarded"] is True and power.noiseless["miss_bound"] <= 1e-6
+    assert rep.power["eps_ceiling"] > rep.claim["epsilon"] and power.k_minus == 0
+    # the check: the public pilot without noise, ranked here from its own log and scores
+    assert check is not None and power.noiseless["assumption"] == check.to_json() \
+        == rep.claim["mechanism"]["params"]["noiseless_pilot"]
+    assert check.pilot_canaries == NL_M and check.top_pure_needed == power.k_plus      # pilot as large as the audit
+    assert check.top_pure < check.top_pure_needed and check.assumption_met is False
+    assert "NOISELESS GUARD ASSUMPTION NOT MET" in power.message
+    if not noise:                   # this arm's own pilot had no noise: the check retrained exactly that pilot
+        assert check.auroc == pytest.approx(res.design.pilot.auroc, abs=1e-12)
+    # the warning is borne out: the run without noise separates no better than chance-level and escapes the rule
+    present = res.membership == 1
+    s_in, s_out = res.scores[present], res.scores[~present]
+    auroc = ((s_in[:, None] > s_out[None, :]).sum() + 0.5 * (s_in[:, None] == s_out[None, :]).sum()) / (
+        s_in.size * s_out.size)
+    assert 0.4 < auroc < 0.65
+    assert rep.result["rejects_nominal"] is False and rep.result["guesses"] == power.k_plus
 
 
 # ------------------------------------------------------------------------------------------ bad input
