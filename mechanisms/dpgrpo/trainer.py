@@ -144,8 +144,8 @@ class DPTrainer:
         self.device = self.space.params[0].device
         for i in range(universe.n_real, universe.n):  # canary content is the auditor's, not private data
             rec = universe.record(i)
-            if isinstance(rec, GradientRecord) and rec.v.numel() != self.space.dim:
-                raise InvalidParameter(f"canaries[{i - universe.n_real}]", rec.v.numel(),
+            if isinstance(rec, GradientRecord) and rec.dim != self.space.dim:
+                raise InvalidParameter(f"canaries[{i - universe.n_real}]", rec.dim,
                                        f"a GradientRecord with {self.space.dim} entries (the ParamSpace dimension)")
         if audit_hooks is not None:
             audit_hooks.bind(self.space.dim)
