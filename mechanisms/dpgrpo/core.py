@@ -18,7 +18,8 @@ from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
 __all__ = ["DEFAULT_C_ADV", "ParamSpace", "clip_flat", "completion_mask", "flat_norm", "flatten_grads",
-           "group_advantages", "k3_kl", "poisson_coins", "privatize", "prompt_loss", "public_step_entry", "unflatten_into"]
+           "group_advantages", "k3_kl", "poisson_coins", "privatize", "prompt_loss", "public_step_entry",
+           "unflatten_into"]
 
 DEFAULT_C_ADV = 1e-4  # c of eq. (2)
 

@@ -2,7 +2,8 @@
 
 `Record` is the privacy unit (a prompt with its reference answer, and for gold DP-SFT its solution);
 `SlotUniverse` holds the public slot count n, the private presence bits and the records; `RolloutGroup` holds
-one prompt's G completions; `GradientRecord` is a record whose gradient is a fixed vector (checks, canaries).
+one prompt's G completions; `GradientRecord` is a record whose gradient is a fixed vector (checks, canaries), and
+`DiracCanary` (from `dirac_canary`) one whose vector C·e_j is built on each read rather than stored.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-__all__ = ["DiracCanary", "GradientRecord", "Record", "RolloutGroup", "SlotUniverse", "dirac_canary", "random_direction_canary"]
+__all__ = ["DiracCanary", "GradientRecord", "Record", "RolloutGroup", "SlotUniverse", "dirac_canary",
+           "random_direction_canary"]
 
 
 @dataclass(frozen=True, eq=True)

@@ -10,7 +10,8 @@
     record_gradients(items)   line 6  per item; with config.gradient_batch > 1, equal-shape buckets from one
                                       forward/backward each (batched_grads; bit-identical to record_gradient)
     contributions(items)      line 7  clip_flat once per record, after all chunks; any number of calls per
-                                      round (micro-batches): each round item carries its slot (`SlotItem`)
+                                      round (micro-batches): each round item carries its slot (`SlotItem`);
+                                      its pre-clip norm goes to `clip` when `clip` is not overridden
     clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
     privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
     apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
