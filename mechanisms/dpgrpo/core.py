@@ -17,8 +17,9 @@ import torch
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-__all__ = ["DEFAULT_C_ADV", "ParamSpace", "clip_flat", "completion_mask", "flatten_grads", "group_advantages", "k3_kl",
-           "poisson_coins", "privatize", "prompt_loss", "public_step_entry", "unflatten_into"]
+__all__ = ["DEFAULT_C_ADV", "ParamSpace", "clip_flat", "completion_mask", "flat_norm", "flatten_grads",
+           "group_advantages", "k3_kl", "poisson_coins", "privatize", "prompt_loss", "public_step_entry",
+           "unflatten_into"]
 
 DEFAULT_C_ADV = 1e-4  # c of eq. (2)
 
@@ -243,26 +244,33 @@ def unflatten_into(vector, params) -> None:
         offset += k
 
 
-def clip_flat(v, C, *, nonprivate: bool = False) -> torch.Tensor:
+def clip_flat(v, C, *, nonprivate: bool = False, norm: float | None = None) -> torch.Tensor:
     """Algorithm 1, line 7: clip_C(v) = v·min(1, C/‖v‖₂) over the whole flat vector.
 
     The norm is accumulated in float64 (a float32 vector with entries near 1e30 does not overflow). A vector
     with a NaN/±inf entry, or whose norm is not finite, becomes the zero vector (fixed rule, no error); a zero
     vector stays zero. C must be positive and finite; C = inf (no clipping, non-finite rule still applied) is
     accepted only with `nonprivate=True` (non-private reference arm). Returns a tensor of v's dtype/device.
+    `norm`: `flat_norm(v)` when the caller has just computed it for this very v (the trainer's pre-clip norm),
+    so it is not computed twice; None computes it here.
     """
     v = _tensor("v", v, ndim=1, floating=True)
     if isinstance(C, (int, float)) and not isinstance(C, bool) and C == math.inf and nonprivate:
         C = math.inf
     else:
         C = val.positive("C", C)
-    x = v.detach().to(torch.float64)
-    norm = float(torch.linalg.vector_norm(x))
+    norm = flat_norm(v) if norm is None else float(norm)
     if not math.isfinite(norm):
         return torch.zeros_like(v.detach())
-    if norm > C:
-        return (x * ((1.0 / norm) * C)).to(v.dtype)   # factor as torch forms C / norm: reciprocal, then times C
+    if norm > C:   # factor as torch forms C / norm: reciprocal, then times C
+        return (v.detach().to(torch.float64) * ((1.0 / norm) * C)).to(v.dtype)
     return v.detach().clone()                   # factor 1: the float64 round trip returns v's own bits
+
+
+def flat_norm(v) -> float:
+    """‖v‖₂ accumulated in float64: exactly `float(torch.linalg.vector_norm(v.to(torch.float64)))` (the reduction
+    casts its input to float64 itself), without a float64 copy of v held by the caller."""
+    return float(torch.linalg.vector_norm(v.detach(), dtype=torch.float64))
 
 
 # ---------------------------------------------------------------------------------------------- line 8

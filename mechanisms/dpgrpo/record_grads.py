@@ -84,10 +84,9 @@ class RecordGradient(Protocol):
 
 
 def _fixed(ctx: StepContext, record: GradientRecord) -> RecordGrad:
-    v = record.v.to(device=ctx.device, dtype=ctx.dtype)
-    if v.numel() != ctx.space.dim:
-        raise InvalidParameter("GradientRecord.v", v.numel(), f"{ctx.space.dim} entries (the ParamSpace dimension)")
-    return RecordGrad(v.clone(), {"kind": "gradient_record"})
+    if record.dim != ctx.space.dim:
+        raise InvalidParameter("GradientRecord.v", record.dim, f"{ctx.space.dim} entries (the ParamSpace dimension)")
+    return RecordGrad(record.gradient(ctx.device, ctx.dtype), {"kind": "gradient_record"})
 
 
 def _start_scored_record(ctx, group, chunk_size) -> None:

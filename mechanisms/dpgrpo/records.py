@@ -2,7 +2,8 @@
 
 `Record` is the privacy unit (a prompt with its reference answer, and for gold DP-SFT its solution);
 `SlotUniverse` holds the public slot count n, the private presence bits and the records; `RolloutGroup` holds
-one prompt's G completions; `GradientRecord` is a record whose gradient is a fixed vector (checks, canaries).
+one prompt's G completions; `GradientRecord` is a record whose gradient is a fixed vector (checks, canaries), and
+`DiracCanary` (from `dirac_canary`) one whose vector C·e_j is built on each read rather than stored.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from privcheck import validation as val
 from privcheck.errors import InvalidParameter
 
-__all__ = ["GradientRecord", "Record", "RolloutGroup", "SlotUniverse", "dirac_canary", "random_direction_canary"]
+__all__ = ["DiracCanary", "GradientRecord", "Record", "RolloutGroup", "SlotUniverse", "dirac_canary",
+           "random_direction_canary"]
 
 
 @dataclass(frozen=True, eq=True)
@@ -53,6 +55,57 @@ class GradientRecord:
         if not isinstance(self.v, torch.Tensor) or self.v.dim() != 1 or not self.v.is_floating_point():
             raise InvalidParameter("v", getattr(self.v, "shape", self.v), "a 1-D floating-point tensor")
         object.__setattr__(self, "v", self.v.detach().clone())
+
+    @property
+    def dim(self) -> int:
+        """The length of v."""
+        return self.v.numel()
+
+    def gradient(self, device, dtype) -> torch.Tensor:
+        """A fresh copy of v on `device` in `dtype`: the record's gradient as the arms return it."""
+        return self.v.to(device=device, dtype=dtype, copy=True)
+
+
+class DiracCanary(GradientRecord):
+    """The gradient record C·e_j of R^dim without a stored dense vector: `v` and `gradient` build it on each read
+    (a fresh tensor with the same bits as a stored one), so m canaries take O(m) memory, not O(m·dim), and a
+    round reads no cold canary vectors. Built by `dirac_canary`, which checks the arguments."""
+
+    def __init__(self, j: int, C: float, dim: int, dtype: torch.dtype):
+        object.__setattr__(self, "j", j)
+        object.__setattr__(self, "C", C)
+        object.__setattr__(self, "_dim", dim)
+        object.__setattr__(self, "dtype", dtype)
+        # C as the stored vector of `dtype` would hold it (rounded once), exact as a Python float
+        object.__setattr__(self, "_value", float(torch.tensor(C, dtype=dtype)))
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.gradient("cpu", self.dtype)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def gradient(self, device, dtype) -> torch.Tensor:
+        out = torch.zeros(self._dim, dtype=dtype, device=device)
+        out[self.j] = self._value   # = v.to(dtype)[j]: the value of `self.dtype`, then cast to `dtype`
+        return out
+
+    def _key(self):
+        return self.j, self.C, self._dim, self.dtype
+
+    def __eq__(self, other):
+        return isinstance(other, DiracCanary) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __reduce__(self):
+        return DiracCanary, self._key()
+
+    def __repr__(self):
+        return f"DiracCanary(j={self.j}, C={self.C!r}, dim={self._dim}, dtype={self.dtype})"
 
 
 class SlotUniverse:
@@ -147,15 +200,16 @@ _COMMITMENT = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def dirac_canary(j, C, dim, dtype=torch.float64) -> GradientRecord:
-    """The Dirac gradient canary C·e_j: C on reserved coordinate j of a `dim`-vector, 0 elsewhere."""
+    """The Dirac gradient canary C·e_j: C on reserved coordinate j of a `dim`-vector of `dtype`, 0 elsewhere (a
+    `DiracCanary`, built on each read)."""
     dim = val.count("dim", dim)
     j = val.count("j", j, minimum=0)
     if j >= dim:
         raise InvalidParameter("j", j, f"a coordinate in [0, {dim})")
     C = val.positive("C", C)
-    v = torch.zeros(dim, dtype=dtype)
-    v[j] = C
-    return GradientRecord(v)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InvalidParameter("dtype", dtype, "a floating-point torch.dtype")
+    return DiracCanary(j, C, dim, dtype)
 
 
 def random_direction_canary(C, dim, generator: torch.Generator, dtype=torch.float64) -> GradientRecord:

@@ -10,7 +10,8 @@
     record_gradients(items)   line 6  per item; with config.gradient_batch > 1, equal-shape buckets from one
                                       forward/backward each (batched_grads; bit-identical to record_gradient)
     contributions(items)      line 7  clip_flat once per record, after all chunks; any number of calls per
-                                      round (micro-batches): each round item carries its slot (`SlotItem`)
+                                      round (micro-batches): each round item carries its slot (`SlotItem`);
+                                      its pre-clip norm goes to `clip` when `clip` is not overridden
     clipped_sum(items)        line 7  Σ ḡ_i (σ ignored)
     privatize(S)              line 8  core.privatize: (S + N(0, σ²C²I)) / (q·(n + m_c)), noise generator
     apply_update(ĝ)           line 9  unflatten into LoRA .grad, optimizer.step(); non-finite ĝ → skipped
@@ -144,12 +145,13 @@ class DPTrainer:
         self.device = self.space.params[0].device
         for i in range(universe.n_real, universe.n):  # canary content is the auditor's, not private data
             rec = universe.record(i)
-            if isinstance(rec, GradientRecord) and rec.v.numel() != self.space.dim:
-                raise InvalidParameter(f"canaries[{i - universe.n_real}]", rec.v.numel(),
+            if isinstance(rec, GradientRecord) and rec.dim != self.space.dim:
+                raise InvalidParameter(f"canaries[{i - universe.n_real}]", rec.dim,
                                        f"a GradientRecord with {self.space.dim} entries (the ParamSpace dimension)")
         if audit_hooks is not None:
             audit_hooks.bind(self.space.dim)
         self.audit_hooks = audit_hooks
+        self._norm_hint: tuple | None = None      # (g, flat_norm(g)) from `contributions` for the next `clip`
         self._round_slots: list[int] | None = None
         self._round_records: dict | None = None   # id(record) -> slot during step(), for items rebuilt by subclasses
         if randomness is None:
@@ -356,7 +358,11 @@ class DPTrainer:
         raise InvalidParameter("item", type(item).__name__, "a (record, group) pair or a GradientRecord")
 
     def clip(self, v) -> torch.Tensor:
-        return core.clip_flat(v, self.config.C, nonprivate=self.nonprivate)
+        # the pre-clip norm `contributions` computed for this very tensor, handed over only when no override of
+        # `clip` sits between them (one-shot); any other call computes the norm itself
+        hint, self._norm_hint = getattr(self, "_norm_hint", None), None
+        norm = hint[1] if hint is not None and hint[0] is v else None
+        return core.clip_flat(v, self.config.C, nonprivate=self.nonprivate, norm=norm)
 
     def item_slots(self, items, slots=None) -> list[int | None]:
         """The slot index of each item (None: a real record outside any round's batch).
@@ -396,17 +402,19 @@ class DPTrainer:
         items = list(items)
         slots = self.item_slots(items, slots)
         hooks = self.audit_hooks
+        base_clip = getattr(self.clip, "__func__", None) is DPTrainer.clip   # no override: it may reuse the norm
         out = []
         for k, g in enumerate(self.record_gradients(items)):
             canary = slots[k] is not None and self.universe.is_canary(slots[k])
             if hooks is not None and hooks.mask_reserved_for_real_records and not canary:
                 g = hooks.mask(g)
-            with torch.no_grad():
-                norm = float(torch.linalg.vector_norm(g.detach().double()))
+            norm = core.flat_norm(g)   # float64 accumulation, no float64 copy of g
             self.scratch["pre_clip_norms"].append(norm)
             self.scratch["nonfinite"] += int(not math.isfinite(norm))
             self.scratch["clipped"] += int(math.isfinite(norm) and norm > self.config.C)
+            self._norm_hint = (g, norm) if base_clip else None
             clipped = self.clip(g)
+            self._norm_hint = None
             if hooks is not None:  # auditor-only diagnostics (private log), never used by the statistic
                 if canary:
                     self.scratch["canary_pre_clip_norms"][slots[k] - self.universe.n_real] = norm
@@ -421,7 +429,10 @@ class DPTrainer:
         """Σ_i ḡ_i (no noise, no division); the zero vector for an empty list."""
         S = torch.zeros(self.space.dim, dtype=self.space.params[0].dtype, device=self.device)
         for v in self.contributions(items):
-            S = S + v
+            if v.dtype == S.dtype and v.shape == S.shape and v.device == S.device:
+                S.add_(v)   # the same sums as S + v, without a new vector per record
+            else:
+                S = S + v   # promotion or broadcasting as before
         return S
 
     def privatize(self, S) -> torch.Tensor:
