@@ -154,7 +154,13 @@ def grid_scale(k: int) -> float:
 
 
 def _k_range(event) -> tuple[int, int]:
-    return math.ceil(math.log(_s_min(event)) / _GRID_STEP - 1e-9), _K_MAX
+    """The search's grid indices: from the accountant's noise floor up to s = 2^24, or, for PLD events, to the
+    largest s that keeps every noise multiplier within the certified PLD's range (a claim with σ ≥ 6 would
+    otherwise probe members the accountant refuses)."""
+    k_max = _K_MAX
+    if isinstance(event, (PoissonGaussianEvent, CompositionHistory)):
+        k_max = min(k_max, math.floor(math.log(NOISE_RANGE[1] / max(_noises(event))) / _GRID_STEP))
+    return math.ceil(math.log(_s_min(event)) / _GRID_STEP - 1e-9), k_max
 
 
 def _rejects(m, r, v, event, s, tau) -> bool:
@@ -325,8 +331,8 @@ def _fixed_rules(rules, m: int) -> list[tuple[int, int]]:
 
 def _least_positive(m: int, r: int, event, tau: float) -> int:
     """The least correct count v whose ε_lower is positive: the least v that rejects the most private member of
-    the search (s = 2^24; a count that rejects nothing there rejects nothing anywhere); r + 1 if none does."""
-    curve = claim_curve(member(event, grid_scale(_K_MAX)))
+    the search (its largest s; a count that rejects nothing there rejects nothing anywhere); r + 1 if none does."""
+    curve = claim_curve(member(event, grid_scale(_k_range(event)[1])))
     if not fdp_rejects_curve(m, r, r, curve.binv, tau):
         return r + 1
     lo, hi = 0, r                        # invariant: v = hi rejects, v = lo does not (v = 0 never rejects)

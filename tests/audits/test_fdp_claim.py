@@ -327,3 +327,12 @@ def test_full_batch_claims_use_the_exact_gaussian_curve():
         == PoissonGaussianEvent(0.5, 1.0, 4)                     # subsampled: the PLD, unchanged
     assert fc.gaussian_equivalent(PoissonGaussianEvent(1.0, 1.0, 4, "replace_one"), less_private=True).relation \
         .value == "replace_one"
+
+
+def test_a_weak_audit_of_a_high_noise_claim_finds_nothing_without_error():
+    """A claim with σ = 9.66 (q = 0.1, T = 50) and counts that reject nothing: the search climbs to the most
+    private member it may probe, whose noise stays inside the certified PLD's range (1e8), and reports 0 instead
+    of failing on a member the accountant refuses."""
+    event = PoissonGaussianEvent(0.1, 9.66, 50)
+    out = fc.claim_eps_lower(1000, 100, 40, event, 1e-6, 0.05)
+    assert out["eps_lower"] == 0.0 and out["s"] is None and out["rejects_nominal"] is False
