@@ -30,7 +30,8 @@ from scipy.stats import binom
 from privcheck.numerics.certified import float_down, float_up
 
 __all__ = ["ORDERS", "PREC", "count_test_lower_bound", "max_coordinate_centre", "max_coordinate_probabilities",
-           "replacement_probabilities", "shifted_pld_upper", "symmetrised_rdp_epsilon", "threshold_grid"]
+           "replacement_probabilities", "shifted_pld_upper", "symmetrised_log_moment", "symmetrised_rdp_epsilon",
+           "threshold_grid"]
 
 ORDERS = tuple(range(2, 65)) + (72, 80, 96, 112, 128, 160, 192, 256)
 PREC = 128
@@ -48,7 +49,7 @@ def _cdf(z: arb) -> arb:
 
 # --- fixed-size batches without replacement: certified upper bound ------------------------------------------
 
-def _log_moment(alpha: int, gamma: arb, s: arb) -> arb:
+def symmetrised_log_moment(alpha: int, gamma: arb, s: arb) -> arb:
     """An upper bound on log E_S[e^{(α−1)L_S}] for the symmetrised pair S of R = ((1 − γ)N(0, s²) + γN(1, s²),
     N(0, s²)) (module docstring). With u = e^{(2x−1)/(2s²)} = N(1, s²)/N(0, s²) at x, L_R = log(1 + γ(u − 1)) and
     L_R > 0 iff x > 1/2; S's P-loss law is R's P-loss law above 0, R's Q-loss law mirrored below 0, and an atom
@@ -88,7 +89,7 @@ def symmetrised_rdp_epsilon(gamma_num: int, gamma_den: int, sigma: float, steps:
         s = arb(sigma) / 2
         log_delta = arb(delta).log()
         for alpha in orders:
-            rho = _log_moment(alpha, gamma, s) / (alpha - 1)
+            rho = symmetrised_log_moment(alpha, gamma, s) / (alpha - 1)
             a = arb(alpha)
             eps = steps * rho + ((a - 1) / a).log() - (log_delta + a.log()) / (a - 1)
             up = float_up(eps)
