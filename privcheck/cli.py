@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import traceback
 from pathlib import Path
@@ -36,7 +37,7 @@ from privcheck.errors import InvalidParameter, PrivcheckError
 from privcheck.serialization import jsonable
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "dispatch",
-           "dpsgd_event", "emit", "epsilon_in_range", "main"]
+           "dpsgd_event", "emit", "epsilon_in_range", "main", "scheme_event"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_STATUS_HELP = """exit status:
@@ -103,8 +104,82 @@ def dpsgd_event(args):
     return PoissonGaussianEvent(args.sampling_rate, args.noise_multiplier, args.steps)
 
 
+# What each --sampling needs (besides --noise-multiplier and --delta): the event's parameters in order.
+SCHEME_ARGS = {
+    "fixed-size": ("dataset_size", "batch_size", "steps"),
+    "fixed-size-replacement": ("dataset_size", "batch_size", "steps"),
+    "shuffle": ("dataset_size", "batch_size", "epochs"),
+    "balls-in-bins": ("steps_per_epoch", "epochs"),
+    "truncated-poisson": ("dataset_size", "sampling_rate", "max_batch_size", "steps"),
+}
+_SCHEME_ONLY = ("dataset_size", "batch_size", "epochs", "steps_per_epoch", "max_batch_size")
+
+
+def scheme_event(args):
+    """The event of `--sampling` other than poisson; every needed option present and no other one given, checked
+    before any work (docs/accounting.md, "Sampling schemes")."""
+    from privcheck.accounting import (
+        BallsInBinsGaussianEvent,
+        FixedSizeGaussianEvent,
+        ShuffledGaussianEvent,
+        TruncatedPoissonGaussianEvent,
+    )
+    needed = SCHEME_ARGS[args.sampling]
+    if args.history is not None:
+        raise InvalidParameter("history", args.history, "only with --sampling poisson")
+    for name in ("noise_multiplier", *needed):
+        if getattr(args, name) is None:
+            raise InvalidParameter(name, None, f"required with --sampling {args.sampling} (needs --"
+                                               + " --".join(n.replace("_", "-") for n in needed)
+                                               + " --noise-multiplier)")
+    for name in ("sampling_rate", "steps", *_SCHEME_ONLY):
+        if name not in needed and getattr(args, name) is not None:
+            raise InvalidParameter(name, getattr(args, name), f"not used by --sampling {args.sampling}")
+    a = args
+    if a.sampling in ("fixed-size", "fixed-size-replacement"):
+        return FixedSizeGaussianEvent(a.dataset_size, a.batch_size, a.noise_multiplier, a.steps,
+                                      replacement=a.sampling == "fixed-size-replacement")
+    if a.sampling == "shuffle":
+        return ShuffledGaussianEvent(a.dataset_size, a.batch_size, a.noise_multiplier, a.epochs)
+    if a.sampling == "balls-in-bins":
+        return BallsInBinsGaussianEvent(a.steps_per_epoch, a.noise_multiplier, a.epochs)
+    return TruncatedPoissonGaussianEvent(a.dataset_size, a.sampling_rate, a.max_batch_size, a.noise_multiplier,
+                                         a.steps)
+
+
+def cmd_account_scheme(args) -> int:
+    """`account dp-sgd --sampling X` for X other than poisson: the record, its certified ends (upper null with the
+    reason where none is proven) and the Poisson figure at the same rate and steps beside it."""
+    from privcheck.accounting import epsilon
+    event = scheme_event(args)
+    rec = epsilon(event, args.delta)
+    if math.isfinite(rec.value):
+        epsilon_in_range(rec.value, "noise_multiplier", args.noise_multiplier)
+    cert = rec.certified
+    lower = None if cert is None else cert.lower
+    upper = None if cert is None or not math.isfinite(cert.upper) else cert.upper
+    poisson = rec.details.get("poisson_add_remove_epsilon")
+    payload = {"epsilon": rec.value, "delta": args.delta, "sampling": args.sampling, "neighboring": rec.neighboring,
+               "certified_lower": lower, "certified_upper": upper, "reason": rec.reason,
+               "poisson_epsilon": poisson, "record": rec.to_json()}
+    rows = [("epsilon (upper bound)", rec.value if upper is not None else "none proven"),
+            ("certified lower bound", lower if lower is not None else "none"), ("delta", args.delta),
+            ("sampling", args.sampling), ("neighbouring relation", rec.neighboring)]
+    if rec.reason:
+        rows.append(("reason", rec.reason))
+    if poisson is not None:
+        rows.append(("poisson figure (not a bound)", poisson))
+    emit(args, payload, rows)
+    return 0
+
+
 def cmd_account_dpsgd(args) -> int:
     from privcheck.accounting import epsilon
+    if getattr(args, "sampling", "poisson") != "poisson":
+        return cmd_account_scheme(args)
+    for name in _SCHEME_ONLY:
+        if getattr(args, name, None) is not None:
+            raise InvalidParameter(name, getattr(args, name), "only with --sampling other than poisson")
     event = dpsgd_event(args)
     pld = epsilon(event, args.delta)
     floats = epsilon(event, args.delta, method="pld_float")
@@ -358,6 +433,16 @@ def _core_parser():
                                      "file (an Opacus accountant's history [[σ, q, steps], ...])")
     a.add_argument("--delta", type=number, required=True, help="δ in (0, 1)")
     a.add_argument("--accountant", choices=("pld", "rdp"), default="pld")
+    a.add_argument("--sampling", choices=("poisson", *SCHEME_ARGS), default="poisson",
+                   help="how batches are drawn (docs/accounting.md, 'Sampling schemes'); other than poisson: "
+                        "fixed-size(-replacement): --dataset-size --batch-size --steps; shuffle: --dataset-size "
+                        "--batch-size --epochs; balls-in-bins: --steps-per-epoch --epochs; truncated-poisson: "
+                        "--dataset-size --sampling-rate --max-batch-size --steps")
+    a.add_argument("--dataset-size", type=integer, help="n >= 1 (public)")
+    a.add_argument("--batch-size", type=integer, help="b in [1, n]")
+    a.add_argument("--epochs", type=integer, help="E >= 1")
+    a.add_argument("--steps-per-epoch", type=integer, help="t >= 1 (balls-in-bins)")
+    a.add_argument("--max-batch-size", type=integer, help="public maximum batch size (truncated-poisson)")
     a.set_defaults(func=cmd_account_dpsgd)
     g = account.add_parser("gaussian", parents=[common], help="Gaussian mechanism (exact, certified)")
     g.add_argument("--sensitivity", type=number, required=True, help="L2 sensitivity Δ > 0")

@@ -261,3 +261,34 @@ def test_bad_input_is_refused_naming_the_parameter(make, name):
     with pytest.raises(InvalidParameter) as err:
         make()
     assert err.value.name == name
+
+
+# --- plans ------------------------------------------------------------------------------------------------------
+
+def test_plan_with_a_sampling_scheme_uses_its_event():
+    from privcheck.accounting import DPSGDPlan
+    plan = DPSGDPlan(records=1000, sampling_rate=0.1, noise_multiplier=1.0, clip_norm=1.0, steps=30, delta=1e-5,
+                     sampling="shuffle")
+    assert plan.event == ShuffledGaussianEvent(1000, 100, 1.0, 3)
+    assert DPSGDPlan.from_json(plan.to_json()) == plan
+    fixed = plan.replace(sampling="fixed-size", relation="replace_one")
+    assert fixed.event == FixedSizeGaussianEvent(1000, 100, 1.0, 30)
+    assert fixed.epsilon().value == epsilon(fixed.event, 1e-5).value
+    poisson = DPSGDPlan(records=1000, sampling_rate=0.1, noise_multiplier=1.0, clip_norm=1.0, steps=30, delta=1e-5)
+    assert "sampling" not in poisson.to_json()          # Poisson plans serialise as before
+
+
+@pytest.mark.parametrize("changes, name", [
+    ({"sampling": "shuffle", "steps": 31}, "steps"),
+    ({"sampling": "fixed-size"}, "relation"),
+    ({"sampling": "truncated-poisson"}, "max_batch_size"),
+    ({"sampling": "bogus"}, "sampling"),
+    ({"sampling": "balls-in-bins", "sampling_rate": 0.3}, "sampling_rate"),
+])
+def test_plan_refuses_inconsistent_sampling(changes, name):
+    from privcheck.accounting import DPSGDPlan
+    base = {"records": 1000, "sampling_rate": 0.1, "noise_multiplier": 1.0, "clip_norm": 1.0, "steps": 30,
+            "delta": 1e-5}
+    with pytest.raises(InvalidParameter) as err:
+        DPSGDPlan(**{**base, **changes})
+    assert err.value.name == name
