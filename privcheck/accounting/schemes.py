@@ -112,15 +112,21 @@ def _lower_only(event, delta: float, mechanism: str, key: str, lower: float, tes
                  "poisson_add_remove_epsilon": poisson})
 
 
+def _epoch_lower(t: int, noise: float, epochs: int, delta: float) -> tuple[float, dict]:
+    """The count test on the epoch's maximum coordinate, shift 1 against noise `noise`."""
+    grid = sampling.threshold_grid(sampling.max_coordinate_centre(noise, t), noise)
+    try:
+        return sampling.count_test_lower_bound(
+            lambda x0: sampling.max_coordinate_probabilities(x0, noise, t), epochs, delta, grid)
+    except _FAILURES as exc:
+        return 0.0, {"test": None, "failed": str(exc)}
+
+
 def _epochs(event, delta: float) -> AccountingRecord:
     t, sigma, E = event.steps_per_epoch, event.noise_multiplier, event.epochs
-    centre = sampling.max_coordinate_centre(sigma, t)
-    grid = sampling.threshold_grid(centre, sigma)
-    try:
-        lower, test = sampling.count_test_lower_bound(
-            lambda x0: sampling.max_coordinate_probabilities(x0, sigma, t), E, delta, grid)
-    except _FAILURES as exc:
-        lower, test = 0.0, {"test": None, "failed": str(exc)}
+    lower, test = _epoch_lower(t, sigma, E, delta)
+    # replace-one (the record +C against −C, every other record −C): the same test with shift 2, i.e. noise σ/2
+    test["lower_replace_one"] = _epoch_lower(t, sigma / 2, E, delta)[0]
     if isinstance(event, ShuffledGaussianEvent):
         inputs = {"dataset_size": event.dataset_size, "batch_size": event.batch_size, "noise_multiplier": sigma,
                   "epochs": E, "steps_per_epoch": t}

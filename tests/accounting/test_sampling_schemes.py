@@ -178,9 +178,11 @@ def test_one_step_per_epoch_lower_bound_below_gaussian(sigma, epochs, delta):
     """t = 1: every epoch is one full-batch Gaussian round, E of them the Gaussian mechanism with sensitivity √E
     (Balle–Wang, certified in Arb and checked in tests/accounting/test_gaussian.py)."""
     truth = epsilon(GaussianEvent(sigma, math.sqrt(epochs)), delta)
+    replace_truth = epsilon(GaussianEvent(sigma, 2 * math.sqrt(epochs)), delta)     # replace-one: sensitivity 2C
     for event in (BallsInBinsGaussianEvent(1, sigma, epochs), ShuffledGaussianEvent(50, 50, sigma, epochs)):
         rec = epsilon(event, delta)
         assert 0 < rec.certified.lower <= truth.certified.upper
+        assert rec.certified.lower < rec.details["lower_replace_one"] <= replace_truth.certified.upper
         assert rec.value == math.inf and rec.certified.upper == math.inf
 
 
