@@ -165,6 +165,10 @@ def cmd_account_scheme(args) -> int:
     rows = [("epsilon (upper bound)", rec.value if upper is not None else "none proven"),
             ("certified lower bound", lower if lower is not None else "none"), ("delta", args.delta),
             ("sampling", args.sampling), ("neighbouring relation", rec.neighboring)]
+    replace_lower = rec.details.get("lower_replace_one")
+    if replace_lower is not None:
+        payload["certified_lower_replace_one"] = replace_lower
+        rows.append(("lower bound (replace-one)", replace_lower))
     if rec.reason:
         rows.append(("reason", rec.reason))
     if poisson is not None:

@@ -780,3 +780,74 @@ def test_slow_dpgrpo_zoo_audit_figures():
         row = printed[variant.replace("`", "")]
         for shown, value in ((claimed, row[1]), (planned, row[2]), (bounds, row[3]), (rejected, row[4])):
             assert same(shown, value), (variant, shown, value)
+
+
+@pytest.mark.slow
+def test_slow_sampling_schemes_table():
+    """docs/accounting.md, "Sampling schemes": every figure of the table of peers' figures on the same inputs (our
+    certified ends from `epsilon`; dp-accounting's RDP and PLD, Opacus's RDP and PRV recomputed here; the float
+    PLD figures within FFT_REL)."""
+    import dp_accounting as dpa
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    from privcheck.accounting import (
+        BallsInBinsGaussianEvent,
+        FixedSizeGaussianEvent,
+        PoissonGaussianEvent,
+        ShuffledGaussianEvent,
+        TruncatedPoissonGaussianEvent,
+        epsilon,
+    )
+
+    n, b, sigma, delta, steps = 60000, 600, 1.0, 1e-5, 1000
+    q = b / n
+
+    def ours(event):
+        rec = epsilon(event, delta)
+        return rec, rec.certified
+
+    def rdp(event, relation=dpa.NeighboringRelation.ADD_OR_REMOVE_ONE):
+        acc = dpa.rdp.RdpAccountant(neighboring_relation=relation)
+        acc.compose(event)
+        return acc.get_epsilon(delta)
+
+    opacus_rdp, opacus_prv = RDPAccountant(), PRVAccountant()
+    opacus_rdp.history = opacus_prv.history = [(sigma, q, steps)]
+    opacus = (opacus_rdp.get_epsilon(delta), 0.0)
+    poisson = PoissonGaussianEvent(q, sigma, steps)
+    pld = dpa.pld.PLDAccountant()
+    pld.compose(poisson.to_dp_event())
+    truncated_pld = dpa.pld.PLDAccountant()
+    truncated_pld.compose(dpa.TruncatedSubsampledGaussianDpEvent(dataset_size=n, sampling_probability=q,
+                                                                 truncated_batch_size=700, noise_multiplier=sigma),
+                          steps)
+    _, add_remove = ours(poisson)
+    _, replace = ours(PoissonGaussianEvent(q, sigma, steps, "replace_one"))
+    fixed = FixedSizeGaussianEvent(n, b, sigma, steps)
+    _, fixed_c = ours(fixed)
+    naive = dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(n, b, dpa.GaussianDpEvent(sigma)), steps)
+    _, with_r = ours(FixedSizeGaussianEvent(n, b, sigma, steps, replacement=True))
+    shuffle_rec, shuffle_c = ours(ShuffledGaussianEvent(n, b, sigma, 10))
+    bib_rec, bib_c = ours(BallsInBinsGaussianEvent(100, sigma, 10))
+    truncated_rec = epsilon(TruncatedPoissonGaussianEvent(n, q, 700, sigma, steps), delta)
+    assert truncated_rec.certified is None and truncated_rec.reason
+    expected = {
+        "poisson": [(add_remove.lower, 0), (add_remove.upper, 0), (replace.lower, 0), (replace.upper, 0),
+                    (pld.get_epsilon(delta), FFT_REL), (rdp(poisson.to_dp_event()), 0), opacus,
+                    (opacus_prv.get_epsilon(delta), FFT_REL)],
+        "fixed-size": [(fixed_c.lower, 0), (fixed_c.upper, 0),
+                       (rdp(fixed.to_dp_event(), dpa.NeighboringRelation.REPLACE_ONE), 0),
+                       (rdp(naive, dpa.NeighboringRelation.REPLACE_ONE), 0), opacus],
+        "fixed-size-replacement": [(with_r.lower, 0), opacus],
+        "shuffle": [(shuffle_c.lower, 0), (shuffle_rec.details["lower_replace_one"], 0), opacus],
+        "balls-in-bins": [(bib_c.lower, 0), (bib_rec.details["lower_replace_one"], 0), opacus],
+        "truncated-poisson": [(truncated_pld.get_epsilon(delta), FFT_REL), opacus],
+    }
+    rows = table_after("docs/accounting.md", "| scheme | privcheck (certified) |", header=True)[1:]
+    assert [r[0] for r in rows] == list(expected)
+    for cells in rows:
+        text = " | ".join(cells[1:]).replace("arXiv 2508.15089", "")
+        shown = re.findall(r"\d+\.\d+", text)
+        assert len(shown) == len(expected[cells[0]]), (cells[0], shown)
+        for figure, (value, rel) in zip(shown, expected[cells[0]]):
+            assert _shows(figure, value, rel), (cells[0], figure, value)
