@@ -14,6 +14,8 @@
   of closed forms, so log((P(A) − δ)/Q(A)) is a certified lower bound.
 - Fixed-size batches with replacement (replace-one): the same test per round, with the record drawn K ~ Bin(b, 1/n)
   times; no upper bound is claimed.
+- Truncated Poisson (add/remove): with every other record 0 the run is the Poisson pair at the rate r at which the
+  record is sampled and survives the cut, so the certified PLD's lower end at a lower bound on r is one.
 
 Floats only choose the order α, the threshold x₀ and the count k; every reported bound is an Arb ball's safe end.
 """
@@ -31,7 +33,7 @@ from privcheck.numerics.certified import float_down, float_up
 
 __all__ = ["ORDERS", "PREC", "count_test_lower_bound", "max_coordinate_centre", "max_coordinate_probabilities",
            "replacement_probabilities", "shifted_pld_upper", "symmetrised_log_moment", "symmetrised_rdp_epsilon",
-           "threshold_grid"]
+           "threshold_grid", "truncated_inclusion_lower"]
 
 ORDERS = tuple(range(2, 65)) + (72, 80, 96, 112, 128, 160, 192, 256)
 PREC = 128
@@ -201,6 +203,26 @@ def count_test_lower_bound(probabilities, repeats: int, delta: float, grid) -> t
         bound = max(float_down((gain / qa).log()), 0.0)
     return bound, {"test": {"threshold": x0, "count_at_least" if not swap else "count_below": k,
                             "direction": "add" if swap else "remove", "repeats": repeats}}
+
+
+def truncated_inclusion_lower(dataset_size: int, q: float, max_batch: int) -> float:
+    """A lower bound (rounded down) on r = q·E[min(1, B/(K + 1))], K ~ Bin(n − 1, q): the probability that a record
+    is sampled and survives the cut to a uniform B-subset. For any k ≥ B − 1, E[min(1, B/(K + 1))] ≥
+    min(1, B/(k + 1))·P[K ≤ k] ≥ min(1, B/(k + 1))·(1 − T_U(k + 1)), T_U an upper bound on the tail P[K ≥ k + 1];
+    the best of a few public k (B − 1, and the mean plus 3 and 6 standard deviations) is kept."""
+    m = dataset_size - 1
+    mean, sd = m * q, math.sqrt(m * q * (1 - q))
+    candidates = sorted({max_batch - 1, *(max(max_batch - 1, math.ceil(mean + c * sd)) for c in (3, 6))})
+    best = 0.0
+    with ctx.workprec(PREC):
+        qb = arb(q)
+        for k in candidates:
+            tail = _tail_ball(m, qb, k + 1, "upper")
+            if not tail < 1:
+                continue
+            bound = qb * (1 - tail) * (arb(1) if k + 1 <= max_batch else arb(max_batch) / (k + 1))
+            best = max(best, float_down(bound))
+    return best
 
 
 def threshold_grid(centre: float, spread: float) -> np.ndarray:

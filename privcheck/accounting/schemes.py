@@ -34,7 +34,8 @@ NO_UPPER = {
     "fixed_size_gaussian_replacement": "no upper bound certified for batches drawn with replacement (the record can "
                                        "appear several times in a batch); the Poisson figure is not one",
     "truncated_poisson_gaussian": "no upper bound certified for truncated Poisson batches (a batch cut to the "
-                                  "maximum); only max_batch_size > dataset_size (no truncation) is certified",
+                                  "maximum): dp-accounting's mixture construction is not certified here; only "
+                                  "max_batch_size > dataset_size (no cut) is",
 }
 _EPOCHS_TIMES_STEPS_MAX = pld_certified.MAX_STEPS
 
@@ -100,15 +101,18 @@ def _fixed_size(event: FixedSizeGaussianEvent, delta: float) -> AccountingRecord
                  "poisson_add_remove_epsilon": _poisson_figure(gamma, sigma, T, delta)})
 
 
+_COUNT_TEST = ("count_test_lower_bound", "certified: a count test on a post-processing of a worst-case dataset pair")
+
+
 def _lower_only(event, delta: float, mechanism: str, key: str, lower: float, test: dict, inputs: dict,
-                poisson: float | None) -> AccountingRecord:
+                poisson: float | None, how: tuple[str, str] = _COUNT_TEST) -> AccountingRecord:
     reason = NO_UPPER[key]
-    certified = Certified(value=math.inf, lower=lower, upper=math.inf, method="count_test_lower_bound",
+    certified = Certified(value=math.inf, lower=lower, upper=math.inf, method=how[0],
                           precision_bits=sampling.PREC, reason=reason)
     return AccountingRecord(
         quantity="epsilon", value=math.inf, mechanism=mechanism, method="lower_bound_only",
         inputs={**inputs, "delta": delta}, neighboring=event.relation.value, certified=certified, reason=reason,
-        details={"lower": "certified: a count test on a post-processing of a worst-case dataset pair", **test,
+        details={"lower": how[1], **test,
                  "poisson_add_remove_epsilon": poisson})
 
 
@@ -161,12 +165,18 @@ def _truncated(event: TruncatedPoissonGaussianEvent, delta: float) -> Accounting
             quantity="epsilon", value=record.value, mechanism="truncated_poisson_gaussian", method=record.method,
             inputs={**inputs, "delta": delta}, neighboring="add_remove", certified=record.certified,
             reason=record.reason, details={**record.details, "truncation": "never (max_batch_size > dataset_size)"})
-    reason = NO_UPPER["truncated_poisson_gaussian"]
-    return AccountingRecord(
-        quantity="epsilon", value=math.inf, mechanism="truncated_poisson_gaussian", method="none",
-        inputs={**inputs, "delta": delta}, neighboring="add_remove", certified=None, reason=reason,
-        details={"poisson_add_remove_epsilon": _poisson_figure(event.sampling_rate, event.noise_multiplier,
-                                                               event.steps, delta)})
+    try:          # every other record 0: the Poisson pair at the rate r of "sampled and not cut" (r ≥ rate)
+        rate = sampling.truncated_inclusion_lower(event.dataset_size, event.sampling_rate, event.max_batch_size)
+        lower = (pld_certified.certified_epsilon(((rate, event.noise_multiplier, event.steps),), delta,
+                                                 "add_remove").lower if rate > 0 else 0.0)
+        test = {"test": {"inclusion_rate_lower": rate}}
+    except _FAILURES as exc:
+        lower, test = 0.0, {"test": None, "failed": str(exc)}
+    return _lower_only(event, delta, "truncated_poisson_gaussian", "truncated_poisson_gaussian", max(lower, 0.0),
+                       test, inputs, _poisson_figure(event.sampling_rate, event.noise_multiplier, event.steps,
+                                                     delta),
+                       ("pld_lower_at_inclusion_rate", "certified PLD lower end of the Poisson pairs at a lower bound "
+                                                       "on the rate of 'sampled and not cut' (every other record 0)"))
 
 
 def scheme_record(event, delta: float) -> AccountingRecord:

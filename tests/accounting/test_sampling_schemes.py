@@ -245,7 +245,25 @@ def test_truncated_poisson():
     never_cut = epsilon(TruncatedPoissonGaussianEvent(1000, 0.01, 1001, 1.0, 100), 1e-5)
     assert never_cut.value == plain.value and never_cut.certified.lower == plain.certified.lower
     cut = epsilon(TruncatedPoissonGaussianEvent(1000, 0.01, 20, 1.0, 100), 1e-5)
-    assert cut.value == math.inf and cut.certified is None and "truncated" in cut.reason
+    assert cut.value == math.inf and cut.certified.upper == math.inf and "truncated" in cut.reason
+    # the lower end: the Poisson pairs at a rate below q, so below the Poisson figure, and below dp-accounting's
+    # PLD for the truncated event (a float estimate of an upper bound, arXiv 2508.15089)
+    acc = dpa.pld.PLDAccountant()
+    acc.compose(dpa.TruncatedSubsampledGaussianDpEvent(dataset_size=1000, sampling_probability=0.01,
+                                                       truncated_batch_size=20, noise_multiplier=1.0), 100)
+    assert 0 < cut.certified.lower <= min(plain.certified.upper, acc.get_epsilon(1e-5))
+
+
+@pytest.mark.parametrize("n, q, cap", [(60000, 0.01, 700), (60000, 0.01, 600), (60000, 0.01, 500), (1000, 0.5, 1),
+                                       (10, 0.9, 3)])
+def test_truncated_inclusion_rate_lower_bound(n, q, cap):
+    """r = q·E[min(1, B/(K + 1))], K ~ Bin(n − 1, q), summed in mpmath over k < 2000 (the mean is at most 600
+    here; the terms left out are positive, so the partial sum is below r and the check only gets stricter)."""
+    with mpmath.workdps(30):
+        exact = q * mpmath.fsum(mpmath.binomial(n - 1, k) * mpmath.mpf(q) ** k * (1 - mpmath.mpf(q)) ** (n - 1 - k)
+                                * min(1, mpmath.mpf(cap) / (k + 1)) for k in range(min(n, 2000)))
+    lower = sampling.truncated_inclusion_lower(n, q, cap)
+    assert 0.5 * exact <= lower <= exact
 
 
 @pytest.mark.parametrize("make, name", [
