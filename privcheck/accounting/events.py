@@ -477,6 +477,12 @@ class TruncatedPoissonGaussianEvent(Event):
     def relation(self) -> NeighboringRelation:
         return NeighboringRelation.ADD_REMOVE
 
+    def to_dp_event(self):
+        one = dp_accounting.TruncatedSubsampledGaussianDpEvent(
+            dataset_size=self.dataset_size, sampling_probability=self.sampling_rate,
+            truncated_batch_size=self.max_batch_size, noise_multiplier=self.noise_multiplier)
+        return one if self.steps == 1 else dp_accounting.SelfComposedDpEvent(one, self.steps)
+
 
 _KINDS = {cls.kind: cls for cls in (GaussianEvent, PoissonGaussianEvent, CompositionHistory, PrivBoNEvent,
                                     PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent,
