@@ -312,3 +312,22 @@ def test_plan_refuses_inconsistent_sampling(changes, name):
     with pytest.raises(InvalidParameter) as err:
         DPSGDPlan(**{**base, **changes})
     assert err.value.name == name
+
+
+@pytest.mark.slow
+def test_slow_fixed_size_sweep_against_dp_accounting_rdp():
+    """Seeded draws over n, b, σ, T, δ: the certified lower end never exceeds dp-accounting's RDP upper bound
+    (σ/2, replace-one), and lower ≤ upper. (Our upper is not required to beat RDP everywhere.)"""
+    rng = np.random.default_rng(25)
+    for _ in range(16):
+        n = int(rng.integers(100, 100_000))
+        b = int(rng.integers(1, max(2, n // 10)))
+        sigma = float(np.exp(rng.uniform(math.log(0.5), math.log(8.0))))
+        steps = int(np.exp(rng.uniform(0, math.log(3000))))
+        delta = float(10 ** rng.uniform(-9, -3))
+        event = FixedSizeGaussianEvent(n, b, sigma, steps)
+        acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+        acc.compose(event.to_dp_event())
+        rec = epsilon(event, delta)
+        assert rec.certified.lower <= rec.certified.upper, event
+        assert rec.certified.lower <= acc.get_epsilon(delta), event
