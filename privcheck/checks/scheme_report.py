@@ -47,13 +47,16 @@ def scheme_report(b) -> tuple[dict | None, str]:
         return block, f"observed sampling scheme: {scheme.line()}: no figures ({exc}); {claim}"
     lower = record.certified.lower if record.certified is not None else None
     block["figures"] = {"event": event.to_json(), "delta": b.delta, "epsilon": record.value,
-                        "epsilon_lower": lower, "method": record.method, "reason": record.reason, "note": note}
+                        "epsilon_lower": lower, "neighboring": record.neighboring, "method": record.method,
+                        "reason": record.reason, "note": note}
+    # the user's claim is add/remove: a figure under another relation says so
+    relation = "" if record.neighboring == "add_remove" else f" ({record.neighboring} neighbours)"
     if math.isfinite(record.value):
         enclosure = "" if lower is None else f" (certified enclosure [{lower:.6g}, {record.value:.6g}])"
-        figure = f"ε ≤ {record.value:.6g}{enclosure} at δ = {b.delta:g}"
+        figure = f"ε ≤ {record.value:.6g}{enclosure} at δ = {b.delta:g}{relation}"
     elif lower is not None and lower > 0:
-        figure = (f"certified lower bound ε ≥ {lower:.6g} at δ = {b.delta:g}, no upper bound claimed "
-                  f"({record.reason})")
+        figure = (f"certified lower bound ε ≥ {lower:.6g} at δ = {b.delta:g}{relation}, no upper bound "
+                  f"claimed ({record.reason or note})")
     else:
         figure = f"no figure ({record.reason})"
     return block, f"observed sampling scheme: {scheme.line()}: {figure}; {claim}"
