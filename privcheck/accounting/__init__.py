@@ -28,8 +28,10 @@ from privcheck.accounting.dpsgd import (
                                               single_round_delta_integral,
 )
 from privcheck.accounting.events import (
+                                              BallsInBinsGaussianEvent,
                                               CompositionHistory,
                                               Event,
+                                              FixedSizeGaussianEvent,
                                               GaussianAboveThresholdEvent,
                                               GaussianEvent,
                                               GaussianReportNoisyMaxEvent,
@@ -39,6 +41,8 @@ from privcheck.accounting.events import (
                                               PrivITPEvent,
                                               PrivITPPhase1Event,
                                               PrivITPWorstCaseEvent,
+                                              ShuffledGaussianEvent,
+                                              TruncatedPoissonGaussianEvent,
                                               event_from_json,
 )
 from privcheck.accounting.gaussian import dp_to_gdp, gaussian_epsilon, gaussian_sigma, gdp_to_dp
@@ -64,6 +68,7 @@ __all__ = [
     "event_from_json",
     "GaussianEvent", "PoissonGaussianEvent", "CompositionHistory", "PrivBoNEvent", "PrivITPEvent", "PrivITPPhase1Event",
     "PrivITPWorstCaseEvent", "GaussianReportNoisyMaxEvent", "GaussianAboveThresholdEvent", "DPSGDPlan",
+    "FixedSizeGaussianEvent", "ShuffledGaussianEvent", "BallsInBinsGaussianEvent", "TruncatedPoissonGaussianEvent",
     "DPGRPOPlan",
     # records
     "AccountingRecord", "Calibration", "CalibrationInfeasible", "EpsilonResult", "KappaPair", "PrivITPParams",

@@ -11,6 +11,9 @@ from this function applied to an event describing the mechanism. The methods per
 | `PrivBoNEvent` | `exponential_mechanism` (certified; tight bounded range in mode "exact") |
 | `PrivITPEvent`, `PrivITPPhase1Event`, `PrivITPWorstCaseEvent` | `ex_post` (certified) |
 | `GaussianReportNoisyMaxEvent`, `GaussianAboveThresholdEvent` | `integral` (certified by `acb.integral`) |
+| `FixedSizeGaussianEvent` | `sampling_scheme` (without replacement: certified upper and lower; with: lower only) |
+| `ShuffledGaussianEvent`, `BallsInBinsGaussianEvent` | `sampling_scheme` (certified lower bound; no upper) |
+| `TruncatedPoissonGaussianEvent` | `sampling_scheme` (certified only without truncation) |
 
 Cross-check methods go through the same function, so a cross-check can never drift from the event it checks. The
 returned record carries the event (`record.event`) and the δ it was computed at (`record.delta`).
@@ -26,10 +29,12 @@ import time
 from flint import arb
 
 from privcheck import validation as v
-from privcheck.accounting import dpsgd, gaussian, gaussian_selection, pld_certified, selection
+from privcheck.accounting import dpsgd, gaussian, gaussian_selection, pld_certified, schemes, selection
 from privcheck.accounting.events import (
+    BallsInBinsGaussianEvent,
     CompositionHistory,
     Event,
+    FixedSizeGaussianEvent,
     GaussianAboveThresholdEvent,
     GaussianEvent,
     GaussianReportNoisyMaxEvent,
@@ -39,6 +44,8 @@ from privcheck.accounting.events import (
     PrivITPEvent,
     PrivITPPhase1Event,
     PrivITPWorstCaseEvent,
+    ShuffledGaussianEvent,
+    TruncatedPoissonGaussianEvent,
 )
 from privcheck.accounting.records import AccountingRecord
 from privcheck.errors import CertificationError, InvalidParameter
@@ -56,7 +63,12 @@ METHODS = {
     PrivITPWorstCaseEvent: ("ex_post",),
     GaussianReportNoisyMaxEvent: ("integral",),
     GaussianAboveThresholdEvent: ("integral",),
+    FixedSizeGaussianEvent: ("sampling_scheme",),
+    ShuffledGaussianEvent: ("sampling_scheme",),
+    BallsInBinsGaussianEvent: ("sampling_scheme",),
+    TruncatedPoissonGaussianEvent: ("sampling_scheme",),
 }
+_SCHEMES = (FixedSizeGaussianEvent, ShuffledGaussianEvent, BallsInBinsGaussianEvent, TruncatedPoissonGaussianEvent)
 PROFILE_BATCH = 7          # δ per certified composition in `epsilon_profile` (one tilt serves about 3 decades)
 _OPTIONS = {"pld": {"interval", "tolerance"}, "pld_float": {"interval"}, "rdp": {"orders"}}
 
@@ -66,7 +78,7 @@ def _delta(event: Event, delta):
         if event.needs_delta and not isinstance(event, (PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent)):
             raise InvalidParameter("delta", None, "(0, 1): this event is approximate DP")
         return None
-    if isinstance(event, (PoissonGaussianEvent, CompositionHistory)):
+    if isinstance(event, (PoissonGaussianEvent, CompositionHistory, *_SCHEMES)):
         return pld_certified.check_delta("delta", delta)      # the range of the certified PLD, for every method
     return v.open_unit("delta", delta)
 
@@ -176,6 +188,8 @@ def _compute(event: Event, delta, method: str, options: dict) -> AccountingRecor
         return selection.privitp_phase1_epsilon(event.params)
     if isinstance(event, PrivITPWorstCaseEvent):
         return _worst_case(event)
+    if isinstance(event, _SCHEMES):
+        return schemes.scheme_record(event, delta)
     if isinstance(event, GaussianReportNoisyMaxEvent):
         return gaussian_selection.gaussian_rnm_eps(event.queries, event.sigma, event.sensitivity, event.a, event.b)
     return gaussian_selection.gaussian_at_expost_eps(event.halting_time, event.threshold, event.sigma_threshold,
@@ -208,6 +222,8 @@ def epsilon(event: Event, delta: float | None = None, *, method: str | None = No
     if isinstance(event, (PoissonGaussianEvent, CompositionHistory)) and method != "exact_single_round":
         for p in _phases(event):        # the σ range of the lattice methods (the closed form takes any σ > 0)
             pld_certified.check_noise("noise_multiplier", p[1])
+    if isinstance(event, _SCHEMES):
+        schemes.check_scheme(event)
     if isinstance(event, (PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent)):
         delta = _check_itp_delta(event, None if delta is None else v.open_unit("delta", delta))
     else:

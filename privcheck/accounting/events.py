@@ -38,6 +38,7 @@ __all__ = [
     "CompositionHistory", "Event", "GaussianAboveThresholdEvent", "GaussianEvent", "GaussianReportNoisyMaxEvent",
     "NeighboringRelation", "PoissonGaussianEvent", "PrivBoNEvent", "PrivITPEvent", "PrivITPPhase1Event",
     "PrivITPWorstCaseEvent", "event_from_json",
+    "FixedSizeGaussianEvent", "ShuffledGaussianEvent", "BallsInBinsGaussianEvent", "TruncatedPoissonGaussianEvent",
 ]
 
 
@@ -352,9 +353,136 @@ class GaussianAboveThresholdEvent(Event):
         _set_scores(self)
 
 
+# --- sampling schemes other than Poisson (docs/accounting.md, "Sampling schemes") --------------------------------
+
+MAX_DATASET = 10 ** 12          # a public dataset size; larger sizes add nothing but overflow risks
+
+
+def _dataset_and_batch(event, batch_name: str = "batch_size") -> None:
+    _set(event, "dataset_size", v.count("dataset_size", event.dataset_size, maximum=MAX_DATASET))
+    _set(event, batch_name, v.count(batch_name, getattr(event, batch_name), maximum=event.dataset_size))
+
+
+@dataclass(frozen=True)
+class FixedSizeGaussianEvent(Event):
+    """`steps` rounds of: draw a batch of exactly `batch_size` of the `dataset_size` records (without replacement, or
+    `replacement=True`: `batch_size` independent uniform draws), add N(0, (noise_multiplier·C)²) to the sum of the
+    contributions clipped to norm C. Relation: replace-one (the dataset size is public)."""
+
+    dataset_size: int
+    batch_size: int
+    noise_multiplier: float
+    steps: int = 1
+    replacement: bool = False
+    kind: ClassVar[str] = "fixed_size_gaussian"
+
+    def __post_init__(self):
+        _dataset_and_batch(self)
+        _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        _set(self, "steps", v.count("steps", self.steps, maximum=MAX_STEPS))
+        if not isinstance(self.replacement, bool):
+            raise InvalidParameter("replacement", self.replacement, "True or False")
+
+    @property
+    def relation(self) -> NeighboringRelation:
+        return NeighboringRelation.REPLACE_ONE
+
+    @property
+    def sampling_rate(self) -> float:
+        return self.batch_size / self.dataset_size
+
+    def to_dp_event(self):
+        if self.replacement:
+            return super().to_dp_event()
+        # dp-accounting's Gaussian noise multiplier is relative to the replace-one sensitivity, 2C here
+        one = dp_accounting.SampledWithoutReplacementDpEvent(
+            self.dataset_size, self.batch_size, dp_accounting.GaussianDpEvent(self.noise_multiplier / 2))
+        return one if self.steps == 1 else dp_accounting.SelfComposedDpEvent(one, self.steps)
+
+
+@dataclass(frozen=True)
+class ShuffledGaussianEvent(Event):
+    """`epochs` passes of: one uniform permutation of the `dataset_size` records cut into consecutive batches of
+    `batch_size` (the last one smaller when it does not divide), each batch one Gaussian round as in DP-SGD.
+    Relation: add/remove (the lower bound is for add/remove with the number of steps per epoch kept)."""
+
+    dataset_size: int
+    batch_size: int
+    noise_multiplier: float
+    epochs: int = 1
+    kind: ClassVar[str] = "shuffled_gaussian"
+
+    def __post_init__(self):
+        _dataset_and_batch(self)
+        _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        _set(self, "epochs", v.count("epochs", self.epochs, maximum=MAX_STEPS))
+
+    @property
+    def relation(self) -> NeighboringRelation:
+        return NeighboringRelation.ADD_REMOVE
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.dataset_size // self.batch_size)
+
+    @property
+    def steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+
+@dataclass(frozen=True)
+class BallsInBinsGaussianEvent(Event):
+    """`epochs` epochs of `steps_per_epoch` Gaussian rounds; each record takes part in exactly one uniformly chosen
+    round of each epoch, independently of the others (balls in bins, random allocation). Relation: add/remove."""
+
+    steps_per_epoch: int
+    noise_multiplier: float
+    epochs: int = 1
+    kind: ClassVar[str] = "balls_in_bins_gaussian"
+
+    def __post_init__(self):
+        _set(self, "steps_per_epoch", v.count("steps_per_epoch", self.steps_per_epoch, maximum=MAX_STEPS))
+        _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        _set(self, "epochs", v.count("epochs", self.epochs, maximum=MAX_STEPS))
+
+    @property
+    def relation(self) -> NeighboringRelation:
+        return NeighboringRelation.ADD_REMOVE
+
+    @property
+    def steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+
+@dataclass(frozen=True)
+class TruncatedPoissonGaussianEvent(Event):
+    """`steps` rounds of Poisson sampling at `sampling_rate` from `dataset_size` records, the batch cut to the public
+    `max_batch_size` when larger, then one Gaussian round. Relation: add/remove."""
+
+    dataset_size: int
+    sampling_rate: float
+    max_batch_size: int
+    noise_multiplier: float
+    steps: int = 1
+    kind: ClassVar[str] = "truncated_poisson_gaussian"
+
+    def __post_init__(self):
+        _set(self, "dataset_size", v.count("dataset_size", self.dataset_size, maximum=MAX_DATASET))
+        _set(self, "sampling_rate", v.sampling_rate("sampling_rate", self.sampling_rate))
+        _set(self, "max_batch_size", v.count("max_batch_size", self.max_batch_size, maximum=MAX_DATASET))
+        _set(self, "noise_multiplier", v.positive("noise_multiplier", self.noise_multiplier))
+        _set(self, "steps", v.count("steps", self.steps, maximum=MAX_STEPS))
+
+    @property
+    def relation(self) -> NeighboringRelation:
+        return NeighboringRelation.ADD_REMOVE
+
+
 _KINDS = {cls.kind: cls for cls in (GaussianEvent, PoissonGaussianEvent, CompositionHistory, PrivBoNEvent,
                                     PrivITPEvent, PrivITPPhase1Event, PrivITPWorstCaseEvent,
-                                    GaussianReportNoisyMaxEvent, GaussianAboveThresholdEvent)}
+                                    GaussianReportNoisyMaxEvent, GaussianAboveThresholdEvent,
+                                    FixedSizeGaussianEvent, ShuffledGaussianEvent, BallsInBinsGaussianEvent,
+                                    TruncatedPoissonGaussianEvent)}
 
 
 def event_from_json(document) -> Event:

@@ -49,7 +49,8 @@ class Certified:
 
     `side` says which end is reported: "upper" where the safe side is larger (ε, δ, a noise scale σ),
     "lower" where it is smaller (a GDP parameter μ, a number of steps). The exact value lies in
-    `[lower, upper]`.
+    `[lower, upper]`. A bound known on one side only has the other end infinite (`upper = inf`: a certified lower
+    bound with no proven upper one), with `reason` saying why; `to_json` writes the infinite end as null.
     """
 
     value: float
@@ -58,6 +59,7 @@ class Certified:
     method: str
     precision_bits: int
     side: str = "upper"
+    reason: str | None = None
 
     def __post_init__(self):
         if not (self.lower <= self.upper):
@@ -84,8 +86,16 @@ class Certified:
         return Fraction(self.lower) <= _to_fraction(x) <= Fraction(self.upper)
 
     def to_json(self) -> dict:
-        return {"value": self.value, "lower": self.lower, "upper": self.upper, "method": self.method,
-                "precision_bits": self.precision_bits, "side": self.side, "certified": True}
+        out = {"value": _finite_or_none(self.value), "lower": _finite_or_none(self.lower),
+               "upper": _finite_or_none(self.upper), "method": self.method, "precision_bits": self.precision_bits,
+               "side": self.side, "certified": True}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+def _finite_or_none(x: float):
+    return x if math.isfinite(x) else None
 
 
 def _to_fraction(x) -> Fraction:

@@ -15,7 +15,9 @@ from dp_accounting.rdp import RdpAccountant
 
 from privcheck.accounting import (
     METHODS,
+    BallsInBinsGaussianEvent,
     CompositionHistory,
+    FixedSizeGaussianEvent,
     GaussianAboveThresholdEvent,
     GaussianEvent,
     GaussianReportNoisyMaxEvent,
@@ -26,6 +28,8 @@ from privcheck.accounting import (
     PrivITPParams,
     PrivITPPhase1Event,
     PrivITPWorstCaseEvent,
+    ShuffledGaussianEvent,
+    TruncatedPoissonGaussianEvent,
     calibrate,
     epsilon,
     event_from_json,
@@ -53,6 +57,11 @@ EVENTS = [
     PrivITPWorstCaseEvent(ITP, 0.6, 16),
     GaussianReportNoisyMaxEvent(4, 0.3, 0.1),
     GaussianAboveThresholdEvent(3, 0.75, 0.3, math.sqrt(3) * 0.3, 1e-3),
+    FixedSizeGaussianEvent(1000, 10, 1.0, 100),
+    FixedSizeGaussianEvent(1000, 10, 1.0, 100, replacement=True),
+    ShuffledGaussianEvent(1000, 100, 1.0, 3),
+    BallsInBinsGaussianEvent(10, 1.0, 3),
+    TruncatedPoissonGaussianEvent(1000, 0.01, 20, 1.0, 100),
 ]
 
 
