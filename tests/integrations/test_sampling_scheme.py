@@ -233,8 +233,14 @@ def test_replacement_loader_reports_fixed_size_figures():
     event = FixedSizeGaussianEvent(N, B, SIGMA, STEPS, replacement=True)
     assert fig["event"] == event.to_json()
     record = epsilon(event, DELTA)
-    assert fig["epsilon"] == record.value and math.isfinite(fig["epsilon"]) and fig["epsilon"] > 0
-    assert "fixed-size-replacement (n = 16, b = 4" in r.message and f"ε ≤ {fig['epsilon']:.6g}" in r.message
+    # privcheck certifies no upper bound with replacement (a record can be drawn several times in a batch): the
+    # certified lower bound, under the event's own relation (replace-one), and the reason
+    assert fig["epsilon"] == math.inf and fig["reason"] == record.reason and "replacement" in fig["reason"]
+    assert fig["epsilon_lower"] == record.certified.lower and math.isfinite(fig["epsilon_lower"]) \
+        and fig["epsilon_lower"] > 0
+    assert fig["neighboring"] == "replace_one"
+    assert "fixed-size-replacement (n = 16, b = 4" in r.message
+    assert f"ε ≥ {fig['epsilon_lower']:.6g} at δ = 1e-05 (replace_one neighbours), no upper bound claimed" in r.message
 
 
 def test_poisson_loader_reports_poisson_and_no_extra_figures():
