@@ -90,7 +90,7 @@ ELSEWHERE = {
         "tests/integrations/test_opacus.py::test_docs_canary_audit_runs_on_the_opacus_model",
     ("docs/integrations/opacus.md", "bindings = whole_run_bindings(train, dataset"):
         "tests/integrations/test_opacus_whole_run.py::test_docs_whole_run_example_passes",
-    ("docs/integrations/opacus.md", "pytest --privcheck -q conftest.py::privcheck[poisson_sampling]"):
+    ("docs/integrations/opacus.md", "pytest --privcheck -q 'conftest.py::privcheck[poisson_sampling]'"):
         "tests/integrations/test_sampling_scheme.py::test_docs_pytest_privcheck_shows_the_scheme",
     ("docs/integrations/trl.md", "results = {r.name: r for r in run_suite("):
         "tests/integrations/test_trl.py::test_example_trains_and_passes_the_fast_checks",

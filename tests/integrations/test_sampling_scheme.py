@@ -202,6 +202,8 @@ def test_sequential_opacus_loader_reports_the_gaussian_figure():
     assert exact <= fig["epsilon"] <= exact * (1 + 1e-9)
     assert fig["epsilon_lower"] <= exact
     assert "keeps every other record's position" in fig["note"]
+    # the docs' remark: for this run the sequential figure is above the engine's Poisson claim
+    assert fig["epsilon"] > r.observed["sampling_scheme"]["user_epsilon"] == b.user_epsilon()
     assert f"ε ≤ {fig['epsilon']:.6g}" in r.message and "sequential (n = 16" in r.message
 
 
@@ -251,6 +253,34 @@ def test_poisson_loader_reports_poisson_and_no_extra_figures():
     assert block["observed"]["scheme"] == "poisson" and block["figures"] is None and block["user_epsilon"] is None
     assert r.message.endswith("observed sampling scheme: poisson (n = 16, q = 0.25, T = 8)")
     assert "sampling_scheme" not in check_accountant_agreement(b).observed
+
+
+def test_a_custom_batch_sampler_is_reported_unknown_without_figures():
+    """A loop over the user's own batch sampler (rebuilt for the checks by batch_sampler_factory): the scheme is
+    "unknown", named with what was seen, and no figure is given for it."""
+    from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+
+    class Alternating:                               # the user's own: two fixed halves, in turn
+        def __init__(self, n):
+            self.n = n
+
+        def __len__(self):
+            return 2
+
+        def __iter__(self):
+            yield list(range(self.n // 2))
+            yield list(range(self.n // 2, self.n))
+
+    engine, model, opt, _, step = _opacus_run("poisson")
+    loader = DataLoader(_dataset(), batch_sampler=Alternating(N))
+    b = bindings_for(engine, model, opt, loader, step, delta=DELTA, steps=STEPS, whole_step=False,
+                     batch_sampler_factory=lambda n, q, g: UniformWithReplacementSampler(
+                         num_samples=n, sample_rate=q, generator=g, steps=2 ** 40))
+    r = check_poisson_sampling(b)
+    block = r.observed["sampling_scheme"]
+    assert block["observed"]["scheme"] == "unknown" and "Alternating" in block["observed"]["seen"]
+    assert block["figures"] is None and "unrecognised sampler" in block["why_no_figures"]
+    assert "observed sampling scheme: unknown (batch sampler Alternating)" in r.message and "no figures" in r.message
 
 
 def test_a_history_with_several_noise_multipliers_gives_no_scheme_figures():
