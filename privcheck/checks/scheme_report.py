@@ -1,12 +1,13 @@
 """The observed sampling scheme's figures beside the user's Poisson claim (docs/integrations/opacus.md, "Loaders
 that are not Poisson").
 
-`SuiteBindings.sampling_scheme` is what an integration observed the loop to iterate (duck-typed: `scheme`,
-`line()`, `to_json()`, `event()` → (event or None, note); `privcheck.integrations.sampling_scheme.ObservedScheme`).
-`scheme_report(b)` gives the JSON block and the message line the `poisson_sampling` check adds to its result: the
-scheme, and for a scheme that is not Poisson its figures from `privcheck.accounting.epsilon(event, δ)` (an upper
-bound, or +inf with the reason and the certified lower bound) next to `user_epsilon`, the user's claim, which
-describes Poisson sampling. The claim is never replaced, and no Poisson figure is reported as the scheme's.
+`SuiteBindings.sampling_scheme` is what an integration observed the loop to iterate (duck-typed: `scheme`, `line()`,
+`to_json()`, `event()` → (event or None, note, whether the event is the whole run);
+`privcheck.integrations.sampling_scheme.ObservedScheme`). `scheme_report(b)` gives the JSON block and the message
+line the `poisson_sampling` check adds to its result: the scheme, and for a scheme that is not Poisson its figures
+from `privcheck.accounting.epsilon(event, δ)` (an upper bound, or +inf with the reason and the certified lower
+bound) next to `user_epsilon`, the user's claim, which describes Poisson sampling. The claim is never replaced, and
+no Poisson figure is reported as the scheme's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def scheme_report(b) -> tuple[dict | None, str]:
     claim = ("the user's Poisson claim: no user_epsilon bound" if user is None else
              f"the user's Poisson claim ε = {user:.6g} (q = {b.q}) describes Poisson sampling, not this loader")
     try:
-        event, note = scheme.event()
+        event, note, whole = scheme.event()
         if event is None:
             block["why_no_figures"] = note
             return block, f"observed sampling scheme: {scheme.line()}: no figures ({note}); {claim}"
@@ -46,19 +47,22 @@ def scheme_report(b) -> tuple[dict | None, str]:
         block["why_no_figures"] = str(exc)
         return block, f"observed sampling scheme: {scheme.line()}: no figures ({exc}); {claim}"
     lower = record.certified.lower if record.certified is not None else None
-    block["figures"] = {"event": event.to_json(), "delta": b.delta, "epsilon": record.value,
-                        "epsilon_lower": lower, "neighboring": record.neighboring, "method": record.method,
-                        "reason": record.reason, "note": note}
+    upper, reason = record.value, record.reason
+    if not whole and math.isfinite(upper):    # part of the run: its upper bound is not the run's
+        upper, reason = math.inf, f"the event covers part of the run, so only its lower bound is the run's ({note})"
+    block["figures"] = {"event": event.to_json(), "delta": b.delta, "epsilon": upper, "epsilon_lower": lower,
+                        "neighboring": record.neighboring, "method": record.method, "reason": reason, "note": note,
+                        "whole_run": whole}
     # the user's claim is add/remove: a figure under another relation says so
     relation = "" if record.neighboring == "add_remove" else f" ({record.neighboring} neighbours)"
-    if math.isfinite(record.value):
-        enclosure = "" if lower is None else f" (certified enclosure [{lower:.6g}, {record.value:.6g}])"
-        figure = f"ε ≤ {record.value:.6g}{enclosure} at δ = {b.delta:g}{relation}"
+    if math.isfinite(upper):
+        enclosure = "" if lower is None else f" (certified enclosure [{lower:.6g}, {upper:.6g}])"
+        figure = f"ε ≤ {upper:.6g}{enclosure} at δ = {b.delta:g}{relation} ({note})"   # with what it assumes
     elif lower is not None and lower > 0:
         figure = (f"certified lower bound ε ≥ {lower:.6g} at δ = {b.delta:g}{relation}, no upper bound "
-                  f"claimed ({record.reason or note})")
+                  f"claimed ({reason or note})")
     else:
-        figure = f"no figure ({record.reason})"
+        figure = f"no figure ({reason})"
     return block, f"observed sampling scheme: {scheme.line()}: {figure}; {claim}"
 
 

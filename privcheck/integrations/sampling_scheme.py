@@ -19,8 +19,8 @@ sequential                 `BatchSampler(SequentialSampler)`: the same batches e
 unknown                    anything else (a custom sampler): `seen` says what it was and what it did
 =========================  ===================================================================================
 
-`ObservedScheme.event()` is the scheme's own accounting event (or None with the reason), for
-`privcheck.accounting.epsilon(event, δ)`: the checks put its figures beside the user's Poisson claim
+`ObservedScheme.event()` is the scheme's own accounting event (or None with the reason, and whether it is the
+whole run), for `privcheck.accounting.epsilon(event, δ)`: the checks put its figures beside the user's Poisson claim
 (`privcheck.checks.scheme_report`). Torch and Opacus are imported inside the functions.
 """
 
@@ -71,37 +71,59 @@ class ObservedScheme:
         """E = T/t (fractional when T is not a whole number of epochs)."""
         return None if not self.steps_per_epoch else self.steps / self.steps_per_epoch
 
-    def event(self) -> tuple[Any, str]:
-        """(the scheme's accounting event or None, what its figures mean or why there are none). The Poisson
-        scheme has none here: its figure is the user's own claim."""
+    def event(self) -> tuple[Any, str, bool]:
+        """(the scheme's accounting event or None, what its figures mean or why there are none, whether the event
+        is the whole run). An event of part of the run (its first whole epochs, its full-size batches) gives a
+        lower bound for the run, whose releases include that part's, and no upper bound. The Poisson scheme has
+        no event here: its figure is the user's own claim."""
         from privcheck import accounting
 
         n, b, sigma, T, t = (self.dataset_size, self.batch_size, self.noise_multiplier, self.steps,
                              self.steps_per_epoch)
         if self.scheme == "poisson":
-            return None, "Poisson sampling: the user's claim describes this scheme"
+            return None, "Poisson sampling: the user's claim describes this scheme", False
         if self.refused is not None:
-            return None, self.refused
+            return None, self.refused, False
         if self.scheme == "unknown":
-            return None, f"no accounting event for an unrecognised sampler ({self.seen})"
+            return None, f"no accounting event for an unrecognised sampler ({self.seen})", False
         if self.scheme == "sequential":
             epochs = math.ceil(T / t)          # a record in the first batch is in ⌈T/t⌉ steps
-            return accounting.GaussianEvent(sigma / math.sqrt(epochs)), SEQUENTIAL_ASSUMPTION
+            return accounting.GaussianEvent(sigma / math.sqrt(epochs)), SEQUENTIAL_ASSUMPTION, True
         name = "ShuffledGaussianEvent" if self.scheme == "shuffle" else "FixedSizeGaussianEvent"
         cls = getattr(accounting, name, None)
         if cls is None:
-            return None, f"this privcheck has no {name} (privcheck.accounting): no figure for this scheme"
+            return None, f"this privcheck has no {name} (privcheck.accounting): no figure for this scheme", False
         if self.scheme == "fixed-size-replacement":
-            return cls(dataset_size=n, batch_size=b, noise_multiplier=sigma, steps=T, replacement=True), (
-                "fixed-size batches drawn with replacement: every step b uniform draws from the n records")
+            return self._replacement_event(cls)
+        if self.drop_last and n % b:
+            # the event has every record in one batch per epoch; here n mod b random records sit out each epoch
+            return None, (f"{SHUFFLE_NOTE}, drop_last with n mod b = {n % b}: records left out at random each "
+                          f"epoch, which {name} (every record once per epoch) does not describe"), False
         full = T // t                          # the first ⌊E⌋ epochs are a prefix of the run's releases
         if full == 0:
             return None, (f"{SHUFFLE_NOTE}; T = {T} steps is less than one epoch (t = {t}): no whole epoch to "
-                          "bound")
-        note = SHUFFLE_NOTE if full * t == T else (
-            f"{SHUFFLE_NOTE}; figures for the first {full} whole epoch(s) of the {T} steps (a lower bound for "
-            "the run, whose releases include theirs)")
-        return cls(dataset_size=n, batch_size=b, noise_multiplier=sigma, epochs=full), note
+                          "bound"), False
+        if full * t == T:
+            return cls(dataset_size=n, batch_size=b, noise_multiplier=sigma, epochs=full), SHUFFLE_NOTE, True
+        return cls(dataset_size=n, batch_size=b, noise_multiplier=sigma, epochs=full), (
+            f"{SHUFFLE_NOTE}; the first {full} whole epoch(s) of the {T} steps (their lower bound is the run's)"), False
+
+    def _replacement_event(self, cls) -> tuple[Any, str, bool]:
+        """Every step b uniform draws; without drop_last the last batch of an epoch has m mod b draws (m: draws
+        per epoch), which the event does not describe: then the event of the full-size steps alone."""
+        n, b, T, t = self.dataset_size, self.batch_size, self.steps, self.steps_per_epoch
+        m = int(self.extra.get("draws_per_epoch", n))
+        note = "fixed-size batches drawn with replacement: every step b uniform draws from the n records"
+        if self.drop_last or m % b == 0:
+            return cls(dataset_size=n, batch_size=b, noise_multiplier=self.noise_multiplier, steps=T,
+                       replacement=True), note, True
+        per_epoch = m // b
+        full = (T // t) * per_epoch + min(T % t, per_epoch)
+        if full == 0:
+            return None, f"{note}; no step of the run draws a full batch of {b}", False
+        return cls(dataset_size=n, batch_size=b, noise_multiplier=self.noise_multiplier, steps=full,
+                   replacement=True), (f"{note}; the {full} full-size steps of the {T} (the last batch of an "
+                                       f"epoch has {m % b} draws): their lower bound is the run's"), False
 
     def to_json(self) -> dict:
         return {"scheme": self.scheme, "seen": self.seen, "confirmed": self.confirmed,

@@ -132,7 +132,7 @@ def test_unrecognised_samplers_are_unknown_and_say_what_was_seen():
 
     s = observe_scheme(DataLoader(ds, batch_size=B, sampler=MyRandom(ds)), noise_multiplier=SIGMA, steps=STEPS)
     assert s.scheme == "unknown" and "MyRandom" in s.seen
-    event, why = s.event()
+    event, why, _ = s.event()
     assert event is None and "MyRandom" in why
     part = DataLoader(ds, batch_size=B, sampler=RandomSampler(ds, num_samples=8))
     s = observe_scheme(part, noise_multiplier=SIGMA, steps=STEPS)
@@ -157,6 +157,52 @@ def test_observe_scheme_refuses_bad_input(kw, name):
         observe_scheme(_loader("shuffle"), **kw)
     with pytest.raises(InvalidParameter, match="data_loader"):
         observe_scheme([[0, 1]], noise_multiplier=1.0, steps=3)
+
+
+def test_events_describe_the_run_or_only_a_part_of_it():
+    """n = 16, b = 5 (batches 5, 5, 5, 1), T = 8: with replacement the last batch of an epoch has 1 draw, so the
+    event is that of the 6 full-size steps (a lower bound only); shuffling with drop_last leaves a random record
+    out each epoch, which the shuffle event does not describe: no figure."""
+    ds = _dataset()
+    rep = DataLoader(ds, batch_size=5, sampler=RandomSampler(ds, replacement=True))
+    event, note, whole = observe_scheme(rep, noise_multiplier=SIGMA, steps=8).event()
+    assert (event.steps, event.batch_size, event.replacement, whole) == (6, 5, True, False) and "6 full-size" in note
+    rep_drop = DataLoader(ds, batch_size=5, sampler=RandomSampler(ds, replacement=True), drop_last=True)
+    event, _, whole = observe_scheme(rep_drop, noise_multiplier=SIGMA, steps=8).event()
+    assert (event.steps, whole) == (8, True)
+    event, note, whole = observe_scheme(DataLoader(ds, batch_size=5, shuffle=True, drop_last=True),
+                                        noise_multiplier=SIGMA, steps=6).event()
+    assert event is None and "drop_last" in note and not whole
+    event, _, whole = observe_scheme(DataLoader(ds, batch_size=5, shuffle=True), noise_multiplier=SIGMA,
+                                     steps=8).event()
+    assert (event.epochs, event.batch_size, whole) == (2, 5, True)
+
+
+def test_a_part_of_the_run_reports_no_upper_bound():
+    """scheme_report on a scheme whose event covers part of the run: the event's finite upper bound is not the
+    run's; only its lower bound is reported (the sequential Gaussian stands in for any event with both ends)."""
+    from privcheck.accounting import GaussianEvent
+    from privcheck.checks.common import SuiteBindings
+    from privcheck.checks.scheme_report import scheme_report
+
+    class Part:
+        scheme = "shuffle"
+
+        def line(self):
+            return "shuffle (a stand-in)"
+
+        def to_json(self):
+            return {"scheme": self.scheme}
+
+        def event(self):
+            return GaussianEvent(SIGMA), "a stand-in part", False
+
+    block, line = scheme_report(SuiteBindings(sampling_scheme=Part(), delta=DELTA, user_epsilon=2.0, q=0.25))
+    fig = block["figures"]
+    exact = gaussian_epsilon_exact(1 / SIGMA, DELTA)
+    assert fig["epsilon"] == math.inf and fig["whole_run"] is False and "part of the run" in fig["reason"]
+    assert fig["epsilon_lower"] <= exact
+    assert "no upper bound claimed" in line and f"ε ≥ {fig['epsilon_lower']:.6g}" in line
 
 
 # ------------------------------------------------------------------------------------------- figures reported
@@ -205,6 +251,7 @@ def test_sequential_opacus_loader_reports_the_gaussian_figure():
     # the docs' remark: for this run the sequential figure is above the engine's Poisson claim
     assert fig["epsilon"] > r.observed["sampling_scheme"]["user_epsilon"] == b.user_epsilon()
     assert f"ε ≤ {fig['epsilon']:.6g}" in r.message and "sequential (n = 16" in r.message
+    assert "keeps every other record's position" in r.message         # the figure's assumption, where it is read
 
 
 def test_a_partial_epoch_counts_whole_for_sequential_and_not_for_the_shuffle_lower_bound():
