@@ -84,12 +84,14 @@ ELSEWHERE = {
         "tests/audits/test_backends.py::test_scaling_doc_commands_print_what_they_show",
     ("docs/selection.md", "PrivBoNEvent(sensitivity=0.1"):
         "tests/selection/test_docs_examples.py::test_docs_python_blocks_run",
-    ("docs/integrations/opacus.md", "engine = PrivacyEngine"):
+    ("docs/integrations/opacus.md", "run_suite(bindings, checks=list(DPSGD_CHECKS))"):
         "tests/integrations/test_opacus.py::test_docs_example_passes_the_checks_and_leaves_the_run_unchanged",
     ("docs/integrations/opacus.md", "GradientCanaries(optimizer"):
         "tests/integrations/test_opacus.py::test_docs_canary_audit_runs_on_the_opacus_model",
     ("docs/integrations/opacus.md", "bindings = whole_run_bindings(train, dataset"):
         "tests/integrations/test_opacus_whole_run.py::test_docs_whole_run_example_passes",
+    ("docs/integrations/opacus.md", "pytest --privcheck -q 'conftest.py::privcheck[poisson_sampling]'"):
+        "tests/integrations/test_sampling_scheme.py::test_docs_pytest_privcheck_shows_the_scheme",
     ("docs/integrations/trl.md", "results = {r.name: r for r in run_suite("):
         "tests/integrations/test_trl.py::test_example_trains_and_passes_the_fast_checks",
     ("docs/integrations/trl.md", "audit.analyse("):

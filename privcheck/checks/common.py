@@ -116,6 +116,10 @@ class SuiteBindings:
     accountant_event: Any = None
     delta: float | None = None
     user_epsilon: Any = None
+    # the sampling scheme the trainer's loop was observed to iterate (e.g.
+    # `privcheck.integrations.sampling_scheme.ObservedScheme`): poisson_sampling reports it and, when it is not
+    # Poisson, its own figures beside user_epsilon (`privcheck.checks.scheme_report`)
+    sampling_scheme: Any = None
     # the precision the bound trainer computes in ("float64", "float32" or "bfloat16"); selects the tolerances
     # of every check when the run does not name one
     precision: str | None = None

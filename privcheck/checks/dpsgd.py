@@ -41,6 +41,7 @@ from privcheck.checks.common import (
     value_of,
 )
 from privcheck.checks.precision import resolve_precision, tolerance, tolerances
+from privcheck.checks.scheme_report import scheme_report
 from privcheck.errors import CannotObserve, InvalidParameter
 from privcheck.interrupts import reraise_if_interrupted
 
@@ -218,7 +219,11 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
     Per-slot inclusion frequency: sd = sqrt(q(1−q)/N) = 0.00283, so 0.012 is 4.24 sd (two-sided 2.2e-5 per
     slot, 1.3e-4 for 6 slots). Off-diagonal correlation of indicators: sd ≈ 1/√N = 0.00707, 0.035 is 4.95 sd
     (7.4e-7 per pair, 1.1e-5 for 15 pairs). Total false-failure probability below 1e-3 (≈ 1.5e-4).
-    Reference: independent Bernoulli(q) coins (Algorithm 1, line 2). Precision-independent."""
+    Reference: independent Bernoulli(q) coins (Algorithm 1, line 2). Precision-independent.
+
+    With `sampling_scheme` bound, the result also names the scheme the loop was observed to iterate
+    (`observed["sampling_scheme"]`, one message line) and, for a scheme that is not Poisson, that scheme's own
+    figures beside `user_epsilon` (`privcheck.checks.scheme_report`); the verdict is the coins' alone."""
     precision = resolve_precision(precision, b)
     inputs = {"n": n, "q": q, "calls": calls}
 
@@ -243,15 +248,19 @@ def check_poisson_sampling(b: SuiteBindings, precision: str | None = None, *, n:
         passed = max_freq < freq_tol and max_corr < corr_tol
         observed = {"max_freq_error": max_freq, "max_offdiag_corr": max_corr,
                     "mean_batch_size": float(rows.sum(axis=1).mean())}
+        scheme, scheme_line = scheme_report(b)       # what the loop iterates, and its own figures
+        if scheme is not None:
+            observed["sampling_scheme"] = scheme
+        message = bound_message([
+            ("max_freq_error (|inclusion frequency − q|)", max_freq, f"< {freq_tol!r}", max_freq < freq_tol),
+            ("max_offdiag_corr", max_corr, f"< {corr_tol!r}", max_corr < corr_tol)]) \
+            or f"Bernoulli({q}) coins: max_freq_error {max_freq:.3g}, max_offdiag_corr {max_corr:.3g}"
         return {"passed": passed, "observed": observed,
                 "rule": fields_rule(max_freq_error={"kind": "below", "bound": freq_tol},
                                 max_offdiag_corr={"kind": "below", "bound": corr_tol}),
                 "expected": {"max_freq_error": 0.0, "max_offdiag_corr": 0.0, "mean_batch_size": q * n},
                 "tolerance": {"max_freq_error": freq_tol, "max_offdiag_corr": corr_tol},
-                "message": bound_message([
-                    ("max_freq_error (|inclusion frequency − q|)", max_freq, f"< {freq_tol!r}", max_freq < freq_tol),
-                    ("max_offdiag_corr", max_corr, f"< {corr_tol!r}", max_corr < corr_tol)])
-                or f"Bernoulli({q}) coins: max_freq_error {max_freq:.3g}, max_offdiag_corr {max_corr:.3g}"}
+                "message": message + (f"; {scheme_line}" if scheme_line else "")}
 
     return evaluate(b, "poisson_sampling", precision, "independent Bernoulli(q) coins: binomial frequencies and "
                 "zero correlations (closed form)", inputs, fn)
@@ -560,6 +569,12 @@ def check_accountant_agreement(b: SuiteBindings, precision: str | None = None, *
         observed = {"user_epsilon": user, "privcheck_epsilon": ours, "privcheck_lower_bound": lower, "gap": gap,
                     "relative_gap": gap / ours if ours and math.isfinite(ours) and math.isfinite(gap) else None,
                     "steps": int(event.steps), "delta": float(b.delta)}
+        scheme = getattr(b, "sampling_scheme", None)
+        if scheme is not None and scheme.scheme != "poisson":
+            # both figures here are Poisson ones: say so where the user reads them
+            observed["sampling_scheme"] = scheme.scheme
+            verdict += (f"; note: the loop iterates a {scheme.scheme} loader, not Poisson sampling: both figures "
+                        "describe a Poisson run (poisson_sampling reports the observed scheme's own figures)")
         return {"passed": passed, "observed": observed,
                 "expected": {"user_epsilon": f">= {lower!r} (the certified lower bound; privcheck's ε {ours!r})"},
                 "tolerance": {"below_privcheck": band, "rule": "the certified PLD enclosure's lower end"},

@@ -156,8 +156,9 @@ def run_check(name: str, bindings, precision: str | None = None, item=None):
     if result.status == "skipped":
         pytest.skip(f"{name}: {result.message}")
     if result.status != "pass":
-        pytest.fail(f"privcheck {name} {result.status} at {result.precision}: observed={result.observed!r} "
-                    f"expected={result.expected!r} tolerance={result.tolerance!r}; {result.message}",
+        # the message first: it names each failed quantity (and, for poisson_sampling, the observed scheme)
+        pytest.fail(f"privcheck {name} {result.status} at {result.precision}: {result.message}\n"
+                    f"observed={result.observed!r} expected={result.expected!r} tolerance={result.tolerance!r}",
                     pytrace=False)
     return result
 

@@ -51,6 +51,8 @@ epsilon_pld / epsilon_rdp  ``f(q, sigma, T, delta) -> float | object with .value
 accountant_event           the user's run as a ``PoissonGaussianEvent`` or ``CompositionHistory`` (q, σ, T)
 delta / user_epsilon       the user's δ; ``user_epsilon`` a float, a record with ``.value``, or ``() -> float``:
                            the ε the user's own accountant reports (``accountant_agreement``)
+sampling_scheme            the scheme the loop was observed to iterate (``ObservedScheme`` of
+                           ``privcheck.integrations.sampling_scheme``): poisson_sampling reports it and its figures
 whole_step                 a ``privcheck.checks.whole_step.WholeStepBindings`` (the whole-step checks)
 precision                  "float64" | "float32" | "bfloat16": the trainer's arithmetic (selects tolerances)
 calibrate_sigma            ``calibrate_sigma(q, T, delta, target_eps) -> float | object with .value``

@@ -13,7 +13,9 @@ shuffled fixed-size loader fails the Poisson checks), the `train_step(batch)` it
 q = the DPDataLoader's sample rate (else the rate the engine's accountant hook records), the divisor = the
 optimizer's `expected_batch_size` (loss_reduction "mean"; 1 for "sum"), σ = `noise_multiplier`, C =
 `max_grad_norm`. The ε is the engine's: `accountant_event` is built from its accountant history (or the planned
-`steps`), `user_epsilon` is what the engine's accountant reports for it at δ.
+`steps`), `user_epsilon` is what the engine's accountant reports for it at δ. `sampling_scheme` is the scheme
+the loop's loader was observed to iterate (`observe_scheme`): poisson_sampling names it and, when it is not
+Poisson, gives that scheme's own figures beside `user_epsilon`.
 
 Opacus and torch are imported inside the functions; importing this module needs neither.
 """
@@ -21,6 +23,7 @@ Opacus and torch are imported inside the functions; importing this module needs 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Callable, Sequence
 
@@ -35,10 +38,11 @@ from privcheck.integrations.opacus_run import (
     opacus_parameters,
 )
 from privcheck.integrations.opacus_whole_run import whole_run_bindings
+from privcheck.integrations.sampling_scheme import ObservedScheme, observe_scheme
 from privcheck.rng_state import preserved_rng
 
-__all__ = ["GradientCanaries", "GradientRecord", "OpacusRun", "bindings_for", "canary_ids", "opacus_parameters",
-           "private_dimension", "whole_run_bindings"]
+__all__ = ["GradientCanaries", "GradientRecord", "ObservedScheme", "OpacusRun", "bindings_for", "canary_ids",
+           "observe_scheme", "opacus_parameters", "private_dimension", "whole_run_bindings"]
 
 SEED_NAMESPACE = "privcheck.integrations.opacus"
 CHECK_SAMPLING_RATE = 0.5   # the least q of whole-step builds (public; the divisor stays Opacus's)
@@ -139,6 +143,12 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
     q_check = max(q, CHECK_SAMPLING_RATE)
     seeds = _seeds(q_check) if seeds is None else v.count("seeds", seeds)
     event, user_epsilon = _accounting(privacy_engine, q, sigma, delta, steps)
+    # the scheme the loop iterates, from its sampler (not from make_private's flags), over the run's T steps
+    scheme = observe_scheme(data_loader, noise_multiplier=sigma, steps=int(event.steps))
+    sigmas = {p.noise_multiplier for p in getattr(event, "phases", (event,))}
+    if sigmas != {sigma}:
+        scheme = dataclasses.replace(scheme, refused=f"the accountant's history holds noise multipliers "
+                                     f"{sorted(sigmas)}, the optimizer {sigma}: one σ over the run is needed")
     run = OpacusRun(model=model, optimizer=optimizer, data_loader=data_loader, train_step=train_step,
                     dataset=dataset, accountant=privacy_engine.accountant, sample_rate=q,
                     batch_sampler_factory=batch_sampler_factory)
@@ -186,7 +196,7 @@ def bindings_for(privacy_engine, model, optimizer, data_loader, train_step: Call
         items=records[:5], additions=records[5:], make_gradient_record=GradientRecord, perturb=perturb,
         model=model, C=C, q=q, n=len(dataset), sigma=sigma, dim=run.dim, target=f"opacus:{type(model).__name__}",
         whole_step=ws, accountant_event=event, delta=delta, user_epsilon=user_epsilon, precision=precision,
-        generators=run.generators())
+        generators=run.generators(), sampling_scheme=scheme)
 
 
 def _seeds(q: float) -> int:
