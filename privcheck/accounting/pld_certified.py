@@ -984,8 +984,9 @@ def _compose_and_solve(rounds: list[_Round], deltas, lam: float, h: float, beta:
     with ctx.workprec(PREC):
         hi_t = j0 + N - 1
         tail_U = _chernoff_arb(rounds, "upper", _best_theta(rounds, "upper", hi_t, 1.0), hi_t)
-        tail_L = (_chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
-                  + _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0))
+        tail_L = _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
+        if j0 > support_lo:      # nothing lies below the support: no wrap-around from there
+            tail_L += _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0)
         p_inf = sum((r.steps * r.p_inf for r in rounds), arb(0))
     with ctx.workprec(PREC):
         log_zT = sum((arb(r.log_z) * r.steps for r in rounds), arb(0))     # exact: Π Z_p^{T_p} with Z_p = e^{log_z}
