@@ -41,8 +41,9 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
-__all__ = ["DEFAULT_ABS_TOLERANCE", "DEFAULT_REL_TOLERANCE", "DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT", "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds",
-           "certified_epsilon", "certified_epsilons", "check_delta", "check_noise", "check_phases", "gap_target"]
+__all__ = ["DEFAULT_ABS_TOLERANCE", "DEFAULT_REL_TOLERANCE", "DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT",
+           "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds", "certified_epsilon", "certified_epsilons",
+           "check_delta", "check_noise", "check_phases", "gap_target"]
 
 # The gap the refinement aims at (`gap_target`): min(tolerance, max(rel·ε, abs)), ε the enclosure's lower end. The
 # relative part keeps small ε as well resolved as large ones (1% of ε, 1e-4 absolute below ε = 0.01); the absolute

@@ -22,8 +22,13 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from privcheck.accounting.pld_certified import (DEFAULT_ABS_TOLERANCE, DEFAULT_REL_TOLERANCE, DEFAULT_TOLERANCE,
-                                                certified_epsilon, gap_target)
+from privcheck.accounting.pld_certified import (
+    DEFAULT_ABS_TOLERANCE,
+    DEFAULT_REL_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    certified_epsilon,
+    gap_target,
+)
 from privcheck.errors import InvalidParameter
 from tests.accounting import pld_references as ref
 
