@@ -1088,7 +1088,10 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
         worst = max(up - lo for lo, up in res)
         ratio = max((up - lo) / target(lo) for lo, up in res)
         disc = [i["discretisation_gap"] for i in infos]
-        composition_dominates = any(d is None for d in disc) or max(disc) < 0.5 * worst
+        # a diagnostic that failed or came out negative (float noise with the error terms removed) says nothing:
+        # refine the discretisation then, as without it
+        known = all(d is not None and d >= 0 for d in disc)
+        composition_dominates = known and max(disc) < 0.5 * worst
         tries.append({"interval": h, "budget": budget, "top_fraction": _TOP_FRACTIONS[top], "worst_gap": worst,
                       "worst_gap_over_target": ratio, "discretisation_gap": None if None in disc else max(disc),
                       "fft_length": max(i["fft_length"] for i in infos)})
