@@ -1090,7 +1090,7 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
         disc = [i["discretisation_gap"] for i in infos]
         # a diagnostic that failed or came out negative (float noise with the error terms removed) says nothing:
         # refine the discretisation then, as without it
-        known = all(d is not None and d >= 0 for d in disc)
+        known = None not in disc and max(disc) >= 0
         composition_dominates = known and max(disc) < 0.5 * worst
         tries.append({"interval": h, "budget": budget, "top_fraction": _TOP_FRACTIONS[top], "worst_gap": worst,
                       "worst_gap_over_target": ratio, "discretisation_gap": None if None in disc else max(disc),
