@@ -219,7 +219,8 @@ def epsilon_pld_certified(phases, delta, *, relation: str = "add_remove", interv
 
     The record's `certified` holds [lower, upper] (lower from a dominated discretisation, upper from a dominating
     one, both composed with proven error bounds); `value` is the upper end. `interval` fixes the lattice (None:
-    1e-4, refined while the gap exceeds `tolerance`). A numerical failure gives ε = inf with a reason."""
+    chosen from the loss spread and refined while the gap exceeds `pld_certified.gap_target`, at most
+    `tolerance`). A numerical failure gives ε = inf with a reason."""
     phases = pld_certified.check_phases(tuple((*_validate(q, s, t, delta)[:3],) for q, s, t in phases))
     delta = pld_certified.check_delta("delta", delta)
     if interval is not None:

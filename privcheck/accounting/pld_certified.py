@@ -41,12 +41,24 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
-__all__ = ["DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT", "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds",
-           "certified_epsilon", "certified_epsilons", "check_delta", "check_noise", "check_phases"]
+__all__ = ["DEFAULT_ABS_TOLERANCE", "DEFAULT_REL_TOLERANCE", "DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT",
+           "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds", "certified_epsilon", "certified_epsilons",
+           "check_delta", "check_noise", "check_phases", "gap_target"]
 
+# The gap the refinement aims at (`gap_target`): min(tolerance, max(rel·ε, abs)), ε the enclosure's lower end. The
+# relative part keeps small ε as well resolved as large ones (1% of ε, 1e-4 absolute below ε = 0.01); the absolute
+# 1e-3 keeps every ε ≥ 0.1 resolved as before (1e-3 is tighter than 1% there).
 DEFAULT_TOLERANCE = 1e-3
+DEFAULT_REL_TOLERANCE = 1e-2
+DEFAULT_ABS_TOLERANCE = 1e-4
 DEFAULT_START_INTERVAL = 1e-4
-_COARSEST_START_DOUBLINGS = 2      # the automatic lattice starts at 1e-4·2^k, k ≤ 2
+_COARSEST_START_DOUBLINGS = 2      # the automatic lattice starts at 1e-4·2^k, k ≤ 2, or finer for a narrow spread
+_FINEST_START_INTERVAL = DEFAULT_START_INTERVAL / 16   # finer only on demand (the refinement halves it)
+# The loss distribution is cut above where its mass is fraction·δ/T (the cut mass goes to +∞, so at most fraction·δ
+# is added to δ: sound at any fraction). A far cut wastes the float FFT's range on tilted mass above the answer
+# where δ is small and q is small (rare single-round losses set ε); the refinement raises it when the
+# composition's error bounds, not the discretisation, dominate the gap.
+_TOP_FRACTIONS = (1e-12, 1e-6, 1e-3, 1e-2)
 MAX_LOG2_FFT = 22
 _AUTO_LOG2_FFT = 20
 _REFINE_SECONDS = 30.0
@@ -899,9 +911,10 @@ def _chernoff_epsilon(cells, lam: float, delta: float) -> float:
 
 
 def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h: float, budget: float,
-               max_log2: int = MAX_LOG2_FFT) -> tuple[list[tuple[float, float]], dict]:
+               max_log2: int = MAX_LOG2_FFT, top_fraction: float = _TOP_FRACTIONS[0]
+               ) -> tuple[list[tuple[float, float]], dict]:
     T_total = sum(steps)
-    eta_top = min(deltas) * 1e-12 / T_total
+    eta_top = min(deltas) * top_fraction / T_total
     cells = []
     ranges = []
     for pair, T in zip(pairs, steps):
@@ -933,13 +946,28 @@ def _direction(pairs: list[Pair], steps: list[int], deltas: tuple[float, ...], h
         beta, predicted = beta / 8, finer
     rounds = [_discretise(pair, T, h, lam, kb, kt, lc, beta) for pair, T, (kb, kt, lc) in zip(pairs, steps, ranges)]
     try:
-        return _compose_and_solve(rounds, deltas, lam, h, beta, lo_idx, hi_idx, support_lo)
+        out, info = _compose_and_solve(rounds, deltas, lam, h, beta, lo_idx, hi_idx, support_lo)
     except _WindowMissed:
         # the Chernoff bound on the mass above the window can exceed δ where wide buckets put a small mass far above
         # it (rare sampling, e.g. q = 1e-6, σ = 0.1): compose the whole support instead, when it fits
         if (lo_idx, hi_idx) == (support_lo, support_hi) or _fft_length(support_hi - support_lo) > (1 << max_log2):
             raise
-        return _compose_and_solve(rounds, deltas, lam, h, beta, support_lo, support_hi, support_lo)
+        out, info = _compose_and_solve(rounds, deltas, lam, h, beta, support_lo, support_hi, support_lo)
+    info["top_fraction"] = top_fraction
+    return out, info
+
+
+def _discretisation_gap(cU, cL, log_zT: arb, lam: float, j0: int, h: float, deltas) -> float | None:
+    """The widest gap over `deltas` of the same composed masses with the composition's error terms (entry error,
+    wrap-around, tails, the cut top) set to zero: the part of the gap that the lattice and the bucket widths
+    cause. A float diagnostic that steers the refinement (`certified_epsilons`); no bound comes from it."""
+    zero = arb(0)
+    memo: dict = {}
+    try:
+        return max(up - lo for lo, up, _ in (_epsilon_bracket(cU, cL, zero, zero, zero, zero, log_zT, lam, j0, h, d,
+                                                               memo) for d in deltas))
+    except (CertificationError, ArithmeticError, ValueError):
+        return None
 
 
 def _fft_length(width: int) -> int:
@@ -957,8 +985,9 @@ def _compose_and_solve(rounds: list[_Round], deltas, lam: float, h: float, beta:
     with ctx.workprec(PREC):
         hi_t = j0 + N - 1
         tail_U = _chernoff_arb(rounds, "upper", _best_theta(rounds, "upper", hi_t, 1.0), hi_t)
-        tail_L = (_chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
-                  + _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0))
+        tail_L = _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", hi_t, 1.0), hi_t)
+        if j0 > support_lo:      # nothing lies below the support: no wrap-around from there
+            tail_L += _chernoff_arb(rounds, "lower", _best_theta(rounds, "lower", j0, -1.0), j0)
         p_inf = sum((r.steps * r.p_inf for r in rounds), arb(0))
     with ctx.workprec(PREC):
         log_zT = sum((arb(r.log_z) * r.steps for r in rounds), arb(0))     # exact: Π Z_p^{T_p} with Z_p = e^{log_z}
@@ -968,6 +997,7 @@ def _compose_and_solve(rounds: list[_Round], deltas, lam: float, h: float, beta:
     for delta in deltas:
         lower, upper, info = _epsilon_bracket(cU, cL, E, tail_L, tail_U, p_inf, log_zT, lam, j0, h, delta, memo)
         out.append((lower, upper))
+    info["discretisation_gap"] = _discretisation_gap(cU, cL, log_zT, lam, j0, h, deltas)
     info.update({"tilt": lam, "fft_length": N, "sublattice": g, "beta": beta,
                  "breakpoints": int(sum(len(r.index) for r in rounds)),
                  "min_width_cells": int(min(np.min(np.diff(r.index)) if len(r.index) > 1 else 1 for r in rounds)),
@@ -987,21 +1017,39 @@ class _Outside(Exception):
     """The crossing lies outside the part of the window the sums covered."""
 
 
+def gap_target(lower: float, tolerance: float = DEFAULT_TOLERANCE, rel_tolerance: float = DEFAULT_REL_TOLERANCE,
+               abs_tolerance: float = DEFAULT_ABS_TOLERANCE) -> float:
+    """The gap an enclosure [lower, upper] must meet: min(tolerance, max(rel_tolerance·lower, abs_tolerance)).
+
+    Why the lower end: gap ≤ rel·lower puts both ends within rel of the exact ε (lower ≤ ε ≤ upper)."""
+    return min(tolerance, max(rel_tolerance * max(lower, 0.0), abs_tolerance))
+
+
 def certified_epsilon(phases, delta: float, relation: str = "add_remove", *, interval: float | None = None,
-                      tolerance: float = DEFAULT_TOLERANCE) -> PLDBounds:
+                      tolerance: float = DEFAULT_TOLERANCE, rel_tolerance: float = DEFAULT_REL_TOLERANCE,
+                      abs_tolerance: float = DEFAULT_ABS_TOLERANCE) -> PLDBounds:
     """Certified ε(δ) for phases ((q, σ, steps), ...) run one after the other, as an enclosure [lower, upper].
 
-    `interval` fixes the lattice; None starts at 1e-4·2^k, k ≤ 2, from the loss spread (`_start_interval`),
-    and halves it while upper − lower > `tolerance` (coarsening
-    it instead where the composed window would need an FFT longer than 2^MAX_LOG2_FFT; the details say when the
-    tolerance could not be met). Arguments are validated by the caller (`privcheck.accounting.dpsgd`)."""
-    return certified_epsilons(phases, (delta,), relation, interval=interval, tolerance=tolerance)[0]
+    `interval` fixes the lattice; None starts from the loss spread (`_start_interval`). The refinement runs while
+    the gap exceeds `gap_target` (tolerance, rel_tolerance, abs_tolerance), refining what dominates the gap
+    (`certified_epsilons`); the details say when the target could not be met. Arguments are validated by the
+    caller (`privcheck.accounting.dpsgd`)."""
+    return certified_epsilons(phases, (delta,), relation, interval=interval, tolerance=tolerance,
+                              rel_tolerance=rel_tolerance, abs_tolerance=abs_tolerance)[0]
 
 
 def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval: float | None = None,
-                       tolerance: float = DEFAULT_TOLERANCE) -> tuple[PLDBounds, ...]:
-    """`certified_epsilon` for several δ from one discretisation and one composition (a privacy profile); the
-    grid is refined until every gap meets `tolerance`."""
+                       tolerance: float = DEFAULT_TOLERANCE, rel_tolerance: float = DEFAULT_REL_TOLERANCE,
+                       abs_tolerance: float = DEFAULT_ABS_TOLERANCE) -> tuple[PLDBounds, ...]:
+    """`certified_epsilon` for several δ from one discretisation and one composition (a privacy profile).
+
+    Each try diagnoses its gap: the part left with the composition's error terms set to zero
+    (`_discretisation_gap`) is the discretisation's; the rest is the composition's (float error bounds,
+    wrap-around, tails, the cut top). Where the composition's part dominates the top cut moves down
+    (`_TOP_FRACTIONS`); otherwise the lattice halves where the buckets are already one cell wide, else the buckets
+    narrow. It stops when every gap meets its target, after three tries in a row that do not shrink the worst
+    gap/target ratio by a quarter, when the composition dominates at the nearest top cut, or after
+    _REFINE_SECONDS."""
     if relation not in ("add_remove", "replace_one"):
         raise InvalidParameter("relation", relation, "'add_remove' or 'replace_one'")
     phases = check_phases(tuple((v.sampling_rate("sampling_rate", q), check_noise("noise_multiplier", s),
@@ -1012,16 +1060,24 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     if interval is not None:
         interval = v.positive("interval", interval)
     tolerance = v.positive("tolerance", tolerance)
+    rel_tolerance = v.positive("rel_tolerance", rel_tolerance)
+    abs_tolerance = v.positive("abs_tolerance", abs_tolerance)
+
+    def target(lower):
+        return gap_target(lower, tolerance, rel_tolerance, abs_tolerance)
+
     start = time.perf_counter()
     auto = interval is None
     h = _start_interval(phases) if auto else interval
     cap = _AUTO_LOG2_FFT if auto else MAX_LOG2_FFT      # auto: coarsen first to a fast FFT, refine on demand
     budget = tolerance / 4
+    top = 0
     tries = []
     best = None
+    stalled = 0
     for _ in range(24):
         try:
-            res, infos = _at_interval(phases, deltas, relation, h, budget, cap)
+            res, infos = _at_interval(phases, deltas, relation, h, budget, cap, _TOP_FRACTIONS[top])
         except _TooFine:
             if not auto or best is not None:
                 if best is not None:
@@ -1030,18 +1086,30 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
             h *= 2
             continue
         worst = max(up - lo for lo, up in res)
-        tries.append({"interval": h, "budget": budget, "worst_gap": worst,
+        ratio = max((up - lo) / target(lo) for lo, up in res)
+        disc = [i["discretisation_gap"] for i in infos]
+        # a diagnostic that failed or came out negative (float noise with the error terms removed) says nothing:
+        # refine the discretisation then, as without it
+        known = None not in disc and max(disc) >= 0
+        composition_dominates = known and max(disc) < 0.5 * worst
+        tries.append({"interval": h, "budget": budget, "top_fraction": _TOP_FRACTIONS[top], "worst_gap": worst,
+                      "worst_gap_over_target": ratio, "discretisation_gap": None if None in disc else max(disc),
                       "fft_length": max(i["fft_length"] for i in infos)})
-        improved = best is None or worst < 0.75 * best[0]
-        if best is None or worst < best[0]:
-            best = (worst, res, h, infos)
-        if worst <= tolerance or not improved or time.perf_counter() - start > _REFINE_SECONDS:
+        stalled = 0 if best is None or ratio < 0.75 * best[0] else stalled + 1
+        if best is None or ratio < best[0]:
+            best = (ratio, res, h, infos)
+        if ratio <= 1 or stalled >= 3 or time.perf_counter() - start > _REFINE_SECONDS:
             break      # met, or refining no longer pays: the details say meets_tolerance = False
-        budget /= 8
+        if composition_dominates:
+            if top + 1 == len(_TOP_FRACTIONS):
+                break      # a finer lattice only adds float error (the entry errors add up over 1/(λh) entries)
+            top += 1                       # tails: cut the top nearer the answer
+            continue
+        budget = min(budget, min(target(lo) for lo, _ in res) / 4) / 8
         if min(i["min_width_cells"] for i in infos) == 1:
             if not auto:
                 break
-            h /= 2
+            h /= 2                         # lattice: the buckets are one cell wide already
             cap = MAX_LOG2_FFT
     if best is None:
         raise CertificationError("no lattice interval gave a composed PLD")
@@ -1049,8 +1117,10 @@ def certified_epsilons(phases, deltas, relation: str = "add_remove", *, interval
     wall = time.perf_counter() - start
     out = []
     for lower, upper in res:
+        goal = target(lower)
         details = {"method": "certified_pld", "interval": h_used, "tolerance": tolerance,
-                   "gap": upper - lower, "meets_tolerance": upper - lower <= tolerance, "tries": tries,
+                   "rel_tolerance": rel_tolerance, "abs_tolerance": abs_tolerance, "target_gap": goal,
+                   "gap": upper - lower, "meets_tolerance": upper - lower <= goal, "tries": tries,
                    "directions": infos, "wall_time_s": wall}
         out.append(PLDBounds(lower=lower, upper=upper, interval=h_used, details=details))
     return tuple(out)
@@ -1082,16 +1152,21 @@ def check_phases(phases: tuple) -> tuple:
 
 
 def _start_interval(phases) -> float:
-    """The first lattice of the automatic mode: about 1/64 of the narrowest round's loss spread
-    q·√(e^{1/σ²} − 1) (the spread of the likelihood ratio), rounded down to 1e-4·2^k with k ≤ 2. A coarse
-    lattice suffices where the spread is wide (the bucket widths, not the lattice, set the gap there); a
-    narrow spread needs a lattice that resolves it."""
+    """The first lattice of the automatic mode, 1e-4·2^k from the narrowest round's loss spread
+    s = q·√(e^{1/σ²} − 1) (the spread of the likelihood ratio): s/64 rounded down, k ≤ 2, where s/64 ≥ 1e-4 (a
+    coarse lattice suffices where the spread is wide: the bucket widths, not the lattice, set the gap there);
+    s/8 rounded down, never above 1e-4, where s < 8e-4, so that one round's mass spreads over several lattice
+    points (q = 1.18e-4, σ = 0.961: s = 1.6e-4, h = 1.6e-5 rounded down to 1.25e-5), down to
+    _FINEST_START_INTERVAL; the driver coarsens a lattice whose composition needs too long an FFT."""
     spread = min(q * math.sqrt(math.expm1(min(1.0 / (sigma * sigma), 700.0))) for q, sigma, _ in phases)
-    doublings = math.floor(math.log2(max(spread / 64 / DEFAULT_START_INTERVAL, 1.0)))
-    return DEFAULT_START_INTERVAL * 2 ** min(doublings, _COARSEST_START_DOUBLINGS)
+    if spread / 64 >= DEFAULT_START_INTERVAL:
+        doublings = min(math.floor(math.log2(spread / 64 / DEFAULT_START_INTERVAL)), _COARSEST_START_DOUBLINGS)
+    else:
+        doublings = min(math.floor(math.log2(max(spread / 8, _FINEST_START_INTERVAL) / DEFAULT_START_INTERVAL)), 0)
+    return DEFAULT_START_INTERVAL * 2.0 ** doublings
 
 
-def _at_interval(phases, deltas, relation, h, budget, cap=MAX_LOG2_FFT):
+def _at_interval(phases, deltas, relation, h, budget, cap=MAX_LOG2_FFT, top_fraction=_TOP_FRACTIONS[0]):
     per_dir: dict[int, list] = {}
     for q, sigma, steps in phases:
         for d, pair in enumerate(pairs_for(relation, q, sigma)):
@@ -1100,7 +1175,7 @@ def _at_interval(phases, deltas, relation, h, budget, cap=MAX_LOG2_FFT):
     for d in sorted(per_dir):
         pairs = [p for p, _ in per_dir[d]]
         steps = [t for _, t in per_dir[d]]
-        res, info = _direction(pairs, steps, deltas, h, budget, cap)
+        res, info = _direction(pairs, steps, deltas, h, budget, cap, top_fraction)
         info["pair"] = pairs[0].kind
         results.append(res)
         infos.append(info)
