@@ -502,6 +502,29 @@ def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
     return rr, ri
 
 
+def _drop_cut(T: int) -> float:
+    """A float c with |a|^T ≤ 2^-1000 whenever the float fl(re² + im²) ≤ c (a = re + i·im): c ≤
+    (2^{−2000/T} − 2^-1020)·(1 − u)³, since |a|² ≤ (fl(re² + im²) + 2^-1021)/(1 − u)³ (three roundings, each
+    relative u or, below 2^-1022, absolute 2^-1075). Negative (nothing dropped) where T < 2."""
+    with ctx.workprec(PREC):
+        u = arb(_U)
+        cut = (arb(2) ** (arb(-2000) / T) - arb(2) ** -1020) * (1 - u) ** 3
+        return float_down(cut)
+
+
+def _power_band(re: np.ndarray, im: np.ndarray, T: int):
+    """a^T elementwise, with the entries whose |a|^T ≤ 2^-1000 (`_drop_cut`) set to exact zeros instead of
+    powered: after T ≥ 10³ rounds only a narrow band of frequencies around 0 survives, so the binary powering
+    runs on a few hundred entries, not on N. Each dropped entry errs by at most 2^-1000 (the caller's τ)."""
+    cut = _drop_cut(T)
+    keep = np.flatnonzero(re * re + im * im > cut)
+    if len(keep) == len(re):
+        return _complex_pow(re, im, T)
+    out_r, out_i = np.zeros_like(re), np.zeros_like(im)
+    out_r[keep], out_i[keep] = _complex_pow(re[keep], im[keep], T)
+    return out_r, out_i
+
+
 def _sublattice(rounds: list[_Round], N: int) -> int:
     """The largest power of two g dividing every breakpoint spacing of every round (at most N/1024): the composed
     masses then live on one coset of gℤ, and the FFTs run on N/g points."""
@@ -561,11 +584,11 @@ def _compose_cyclic(rounds: list[_Round], N: int, g: int):
         Ar, Ai = (Xr + Rr) / 2, (Xi - Ri) / 2
         Br, Bi = (Xi + Ri) / 2, (Rr - Xr) / 2
         T = r.steps
-        PUr, PUi = _complex_pow(Ar, Ai, T)
-        PLr, PLi = _complex_pow(Br, Bi, T)
+        PUr, PUi = _power_band(Ar, Ai, T)
+        PLr, PLi = _power_band(Br, Bi, T)
         with ctx.workprec(PREC):
             rho = (1 + arb(5).sqrt() * u) ** (2 * T) - 1
-            tau = arb(2) ** -1000 * sqrtN
+            tau = 2 * arb(2) ** -1000 * sqrtN     # underflow in the powering, and the entries `_power_band` drops
             grow = T * (m_U.max(m_L) + e1) ** (T - 1) * e1        # |a^T − b^T| ≤ T|a − b|·max(|a|, |b|)^{T−1}
             eU = grow + rho / (1 - rho) * (_norm2_arb(PUr) + _norm2_arb(PUi)).sqrt() + tau
             eL = grow + rho / (1 - rho) * (_norm2_arb(PLr) + _norm2_arb(PLi)).sqrt() + tau
@@ -613,11 +636,11 @@ def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_
         # float guess of the crossing from the upper masses (only to pick the segment)
         with np.errstate(all="ignore"):
             logw = np.log(np.maximum(up, 1e-320)) - lam * s + float(log_zT.mid())
-        memo["arrays"] = (s, up, lo, E_f, _float_delta_points(logw, s))
+        memo["arrays"] = (s, up, lo, E_f, _block_delta_points(logw, s, _GUESS_BLOCK))
     s, up, lo, E_f, d_float = memo["arrays"]
     below = d_float <= delta
-    hit = int(np.argmax(below))             # the first entry at or below δ, if any
-    j_guess = min(max(hit if below[hit] else N - 1, 1), N - 1)
+    hit = int(np.argmax(below))             # the first block start at or below δ, if any
+    j_guess = min(max(hit * _GUESS_BLOCK if below[hit] else N - 1, 1), N - 1)
     if "extra" not in memo:        # δ-independent: the mass above the window and at infinity
         memo["extra"] = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
     extra = memo["extra"]
@@ -639,22 +662,30 @@ def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str, memo: d
     raise _WindowMissed("the crossing lies outside the composed window")
 
 
-def _suffix_sums(c, s, i0: int, lam: float, h: float):
+def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     """Suffix sums of c_i·r̃^{i−i0} and c_i·r̃'^{i−i0} (r = e^{−λh}, r' = e^{−(λ+1)h}) from entry i0, and the
-    Arb factors that bound their float rounding (independent of δ and of the reference point)."""
+    Arb factors that bound their float rounding (independent of δ and of the reference point). Each sum array
+    carries one more entry, 0, at its end (the shifted sums of `_solve_segments` are views of it); the powers
+    r̃^i are shared through `memo` by the upper and lower sides (the same floats)."""
     with ctx.workprec(PREC):
         r = (-arb(lam) * arb(h)).exp()
         rp = (-(arb(lam) + 1) * arb(h)).exp()
     n = len(s) - i0
-    ratio = np.full(n, float(r.mid()))
-    ratio[0] = 1.0
-    ratio_p = np.full(n, float(rp.mid()))
-    ratio_p[0] = 1.0
+    memo = {} if memo is None else memo
+    if ("powers", i0) not in memo:
+        ratio = np.full(n, float(r.mid()))
+        ratio[0] = 1.0
+        ratio_p = np.full(n, float(rp.mid()))
+        ratio_p[0] = 1.0
+        with np.errstate(over="ignore", under="ignore"):
+            memo[("powers", i0)] = np.cumprod(ratio), np.cumprod(ratio_p)
+    pw, pw_p = memo[("powers", i0)]
     with np.errstate(over="ignore", under="ignore"):
-        t1 = c[i0:] * np.cumprod(ratio)
-        t2 = c[i0:] * np.cumprod(ratio_p)
-    S1 = np.cumsum(t1[::-1])[::-1]
-    S2 = np.cumsum(t2[::-1])[::-1]
+        t1 = c[i0:] * pw
+        t2 = c[i0:] * pw_p
+    S1, S2 = np.zeros(n + 1), np.zeros(n + 1)
+    np.cumsum(t1[::-1], out=S1[n - 1::-1])      # the same sequential sums from the top entry down
+    np.cumsum(t2[::-1], out=S2[n - 1::-1])
     with ctx.workprec(PREC):
         # float rounding of the recurrence, the products and the sequential sums: (1+u)^{2n+1} ≤ fac
         fac = (1 + arb(8) * arb(_U)) ** (n + 4)
@@ -691,9 +722,9 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, 
     key = (side, i0)
     memo = {} if memo is None else memo
     if key not in memo:
-        sums = _suffix_sums(c, s, i0, lam, h)
-        # the sums shifted by one entry (the float segment guess below), made once per (side, i0), not per δ
-        memo[key] = sums, np.append(sums[0][1:], 0.0), np.append(sums[1][1:], 0.0)
+        S1x, S2x, *rest = _suffix_sums(c, s, i0, lam, h, memo)
+        # the sums and the sums shifted by one entry (the float segment guess below), once per (side, i0)
+        memo[key] = (S1x[:-1], S2x[:-1], *rest), S1x[1:], S2x[1:]
     (S1, S2, n, fac, under, fr, frp), nxt1, nxt2 = memo[key]
     # the factors at the reference depend on (i0, ref) only; the last ones are kept, so the lower side and a
     # following δ with the same reference reuse them (the float e^{s − ref} over the window is the costly part)
@@ -785,6 +816,23 @@ def _tilt(cells: list[tuple[int, np.ndarray, int, float]], delta: float) -> floa
         return (K(lam) - math.log(delta)) / lam
     res = minimize_scalar(f, bounds=(-14.0, 7.0), method="bounded", options={"xatol": 1e-4})
     return math.exp(res.x)
+
+
+_GUESS_BLOCK = 64
+
+
+def _block_delta_points(logw: np.ndarray, s: np.ndarray, block: int) -> np.ndarray:
+    """`_float_delta_points` at every `block`-th entry, each block's mass placed at its start (floats: only the
+    starting segment of the certified solve, which moves to the segment holding the crossing itself)."""
+    n = len(logw) // block * block
+    if n < 2 * block:
+        return _float_delta_points(logw, s)[::block]
+    rows = logw[:n].reshape(-1, block)
+    top = rows.max(axis=1)
+    with np.errstate(all="ignore"):
+        lb = top + np.log(np.sum(np.exp(rows - top[:, None]), axis=1))
+    lb = np.where(np.isfinite(top), lb, -np.inf)
+    return _float_delta_points(lb, s[:n:block])
 
 
 def _float_delta_points(logw: np.ndarray, s: np.ndarray) -> np.ndarray:
