@@ -502,27 +502,28 @@ def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
     return rr, ri
 
 
-def _drop_cut(T: int) -> float:
-    """A float c with |a|^T ≤ 2^-1000 whenever the float fl(re² + im²) ≤ c (a = re + i·im): c ≤
-    (2^{−2000/T} − 2^-1020)·(1 − u)³, since |a|² ≤ (fl(re² + im²) + 2^-1021)/(1 − u)³ (three roundings, each
-    relative u or, below 2^-1022, absolute 2^-1075). Negative (nothing dropped) where T < 2."""
+def _band_cut(T: int) -> float:
+    """A float c such that, wherever fl(re² + im²) ≤ c for both X_k and X_{−k} (the packed spectrum), both
+    unpacked entries a_k = fl(fl(X_k + conj X_{−k})/2) and b_k satisfy |a_k|^T, |b_k|^T ≤ 2^-1000 (whether they
+    are formed or not): |X|² ≤ V = (fl(re² + im²) + 2^-1021)/(1 − u)³ (three roundings, each relative u or,
+    below 2^-1022, absolute 2^-1075), |a_k| ≤ (1 + u)·√V + 2^-1073, and that is at most C^{1/2}, C = 2^{−2000/T},
+    when c = ((√C − 2^-1073)/(1 + u))²·(1 − u)³ − 2^-1021, rounded down. Negative (nothing dropped) for T < 2."""
     with ctx.workprec(PREC):
         u = arb(_U)
-        cut = (arb(2) ** (arb(-2000) / T) - arb(2) ** -1020) * (1 - u) ** 3
-        return float_down(cut)
+        root = (arb(2) ** (arb(-1000) / T) - arb(2) ** -1073) / (1 + u)
+        return float_down(root * root * (1 - u) ** 3 - arb(2) ** -1021)
 
 
-def _power_band(re: np.ndarray, im: np.ndarray, T: int):
-    """a^T elementwise, with the entries whose |a|^T ≤ 2^-1000 (`_drop_cut`) set to exact zeros instead of
-    powered: after T ≥ 10³ rounds only a narrow band of frequencies around 0 survives, so the binary powering
-    runs on a few hundred entries, not on N. Each dropped entry errs by at most 2^-1000 (the caller's τ)."""
-    cut = _drop_cut(T)
-    keep = np.flatnonzero(re * re + im * im > cut)
-    if len(keep) == len(re):
-        return _complex_pow(re, im, T)
-    out_r, out_i = np.zeros_like(re), np.zeros_like(im)
-    out_r[keep], out_i[keep] = _complex_pow(re[keep], im[keep], T)
-    return out_r, out_i
+def _band(Xr: np.ndarray, Xi: np.ndarray, T: int) -> np.ndarray | None:
+    """Indices k whose unpacked spectra may exceed 2^-1000 after the T-th power (`_band_cut`; the band of
+    frequencies that survives T rounds, a few hundred entries after T ≥ 10³ rounds), or None for all."""
+    cut = _band_cut(T)
+    if not cut > 0:
+        return None
+    big = Xr * Xr + Xi * Xi > cut
+    big |= np.roll(big[::-1], 1)          # k kept whenever X_k or X_{−k} is large
+    keep = np.flatnonzero(big)
+    return None if len(keep) > len(Xr) // 2 else keep
 
 
 def _sublattice(rounds: list[_Round], N: int) -> int:
@@ -565,30 +566,40 @@ def _compose_cyclic(rounds: list[_Round], N: int, g: int):
         pos = ((r.index - ref) // g) % N
         xr = np.zeros(N)
         xi = np.zeros(N)
-        np.add.at(xr, pos, r.upper)
-        np.add.at(xi, pos, r.lower)
-        counts = np.bincount(pos, minlength=N)
-        hit = counts > 1                 # positions holding several masses (a round wider than N): sums rounded
-        if np.any(hit):
-            grow = 2.0 * counts[hit] * _U
-            xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
-            xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
+        if (int(r.index[-1]) - ref) // g < N:    # distinct positions (increasing indices on the coset): copied
+            xr[pos], xi[pos] = r.upper, r.lower
+            placed_r, placed_i = r.upper, r.lower      # the nonzero entries, for the norms and sums
+        else:
+            np.add.at(xr, pos, r.upper)
+            np.add.at(xi, pos, r.lower)
+            counts = np.bincount(pos, minlength=N)
+            hit = counts > 1             # positions holding several masses (a round wider than N): sums rounded
+            if np.any(hit):
+                grow = 2.0 * counts[hit] * _U
+                xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
+                xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
+            placed_r, placed_i = xr, xi
         with ctx.workprec(PREC):
-            norm = (_norm2_arb(xr) + _norm2_arb(xi)).sqrt()
-            m_U, m_L = _sum_arb(xr), _sum_arb(xi)
+            norm = (_norm2_arb(placed_r) + _norm2_arb(placed_i)).sqrt()
+            m_U, m_L = _sum_arb(placed_r), _sum_arb(placed_i)
             F = bfft.fft_error_bound(n, norm)
             e1 = F * (1 + u) + u * (sqrtN * norm + F) * (1 + u)
         Xr, Xi = bfft.fft(xr, xi)
-        # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i)
-        Rr, Ri = np.roll(Xr[::-1], 1), np.roll(Xi[::-1], 1)
-        Ar, Ai = (Xr + Rr) / 2, (Xi - Ri) / 2
-        Br, Bi = (Xi + Ri) / 2, (Rr - Xr) / 2
         T = r.steps
-        PUr, PUi = _power_band(Ar, Ai, T)
-        PLr, PLi = _power_band(Br, Bi, T)
+        keep = _band(Xr, Xi, T)
+        # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i); off the band the powers are set to
+        # zero (each within 2^-1000 of the unpacked entry's power, `_band_cut`), on it formed and powered
+        at = np.arange(N) if keep is None else keep
+        mirror = (-at) % N
+        Xr_k, Xi_k, Rr, Ri = Xr[at], Xi[at], Xr[mirror], Xi[mirror]
+        Ar, Ai = (Xr_k + Rr) / 2, (Xi_k - Ri) / 2
+        Br, Bi = (Xi_k + Ri) / 2, (Rr - Xr_k) / 2
+        PUr, PUi, PLr, PLi = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N)
+        PUr[at], PUi[at] = _complex_pow(Ar, Ai, T)
+        PLr[at], PLi[at] = _complex_pow(Br, Bi, T)
         with ctx.workprec(PREC):
             rho = (1 + arb(5).sqrt() * u) ** (2 * T) - 1
-            tau = 2 * arb(2) ** -1000 * sqrtN     # underflow in the powering, and the entries `_power_band` drops
+            tau = 2 * arb(2) ** -1000 * sqrtN     # underflow in the powering, and the entries off the band
             grow = T * (m_U.max(m_L) + e1) ** (T - 1) * e1        # |a^T − b^T| ≤ T|a − b|·max(|a|, |b|)^{T−1}
             eU = grow + rho / (1 - rho) * (_norm2_arb(PUr) + _norm2_arb(PUi)).sqrt() + tau
             eL = grow + rho / (1 - rho) * (_norm2_arb(PLr) + _norm2_arb(PLi)).sqrt() + tau

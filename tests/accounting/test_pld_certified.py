@@ -317,6 +317,45 @@ def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
     assert fast.upper >= opt and fast.lower <= pess
 
 
+def test_band_of_surviving_frequencies_gives_the_full_spectrum_enclosure(monkeypatch):
+    """After T = 10⁴ rounds only a narrow band of frequencies survives the T-th power (`_band`): the rest is set
+    to zero within 2^-1000 each. The enclosure must be the one that powers every frequency (same masses; only
+    the bound on the dropped entries differs), and it must still bracket dp-accounting's."""
+    from privcheck.accounting import pld_certified as pc
+    phases = ((0.01, 1.0, 10 ** 4),)
+    seen = []
+    band = pc._band
+
+    def spy(Xr, Xi, T):
+        keep = band(Xr, Xi, T)
+        seen.append((len(Xr), None if keep is None else len(keep)))
+        return keep
+    monkeypatch.setattr(pc, "_band", spy)
+    fast = certified_epsilon(phases, 1e-5, interval=1e-4)
+    assert seen and all(k is not None and k < N // 100 for N, k in seen), f"meant to exercise the band: {seen}"
+    monkeypatch.setattr(pc, "_band", lambda Xr, Xi, T: None)
+    full = certified_epsilon(phases, 1e-5, interval=1e-4)
+    assert abs(fast.lower - full.lower) <= 1e-9 and abs(fast.upper - full.upper) <= 1e-9
+    (opt, pess), = ref.dpa_bracket(phases, (1e-5,), 1e-4)
+    assert fast.upper >= opt and fast.lower <= pess
+
+
+def test_band_cut_is_below_the_exact_threshold():
+    """`_band_cut(T)` is a float c with ((1 + u)·√((c + 2^-1021)/(1 − u)³) + 2^-1073)^T ≤ 2^-1000 (checked in
+    mpmath at 50 digits), and negative where T < 2 (nothing dropped)."""
+    import mpmath
+
+    from privcheck.accounting import pld_certified as pc
+    assert pc._band_cut(1) < 0
+    u = mpmath.mpf(2) ** -53
+    with mpmath.workdps(50):
+        for T in (2, 3, 100, 10 ** 3, 12345, 10 ** 6):
+            c = mpmath.mpf(pc._band_cut(T))
+            assert c > 0
+            a = (1 + u) * mpmath.sqrt((c + mpmath.mpf(2) ** -1021) / (1 - u) ** 3) + mpmath.mpf(2) ** -1073
+            assert T * mpmath.log(a, 2) <= -1000
+
+
 @pytest.mark.parametrize("sigma,steps", [(0.12, 1), pytest.param(0.3, 10, marks=pytest.mark.slow)])
 def test_q1_far_above_epsilon_37_is_enclosed(sigma, steps):
     """q = 1 with ε ≈ 69 and 147: the float crossing point cancelled e^e below 2^-53 (ε > 37.4), which put the
