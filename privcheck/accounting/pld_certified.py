@@ -684,12 +684,7 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     n = len(s) - i0
     memo = {} if memo is None else memo
     if ("powers", i0) not in memo:
-        ratio = np.full(n, float(r.mid()))
-        ratio[0] = 1.0
-        ratio_p = np.full(n, float(rp.mid()))
-        ratio_p[0] = 1.0
-        with np.errstate(over="ignore", under="ignore"):
-            memo[("powers", i0)] = np.cumprod(ratio), np.cumprod(ratio_p)
+        memo[("powers", i0)] = _powers(float(r.mid()), n), _powers(float(rp.mid()), n)
     pw, pw_p = memo[("powers", i0)]
     with np.errstate(over="ignore", under="ignore"):
         t1 = c[i0:] * pw
@@ -698,13 +693,38 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     np.cumsum(t1[::-1], out=S1[n - 1::-1])      # the same sequential sums from the top entry down
     np.cumsum(t2[::-1], out=S2[n - 1::-1])
     with ctx.workprec(PREC):
-        # float rounding of the recurrence, the products and the sequential sums: (1+u)^{2n+1} ≤ fac
+        # float rounding of the powers ((1+u)^{2i+1}, `_powers`), the products and the sequential sums:
+        # (1+u)^{3n+2} ≤ fac
         fac = (1 + arb(8) * arb(_U)) ** (n + 4)
         # terms that underflowed to zero: each below 2^-1000 times the largest mass
         under = arb(n) * arb(max(float(np.max(c)), 1.0)) * arb(2) ** -1000
         fr = (1 + 2 * _rel_error(float(r.mid()), r)) ** arb(n)      # r^i ≤ r̃^i·(1 + 2·rel)^i
         frp = (1 + 2 * _rel_error(float(rp.mid()), rp)) ** arb(n)
     return S1, S2, n, fac, under, fr, frp
+
+
+_POWER_BLOCK = 4096
+
+
+def _powers(r: float, n: int) -> np.ndarray:
+    """r^i for i < n in floats, within a factor (1 + u)^{2i+1} of the exact powers of the float r (normal range):
+    r^{aB+b} = fl(P_a·Q_b) with Q_b = r^b (b roundings) and P_a = R^a (a − 1 roundings) cumulative products,
+    R = fl(Q_{B−1}·r) (B roundings), B = 4096: aB + (a − 1) + b + 1 = i + a ≤ 2i roundings. One cumulative
+    product over n entries is a long dependency chain (slow in numpy); these two are short."""
+    B = _POWER_BLOCK
+    with np.errstate(over="ignore", under="ignore"):
+        if n <= 2 * B:
+            ratio = np.full(n, r)
+            ratio[0] = 1.0
+            return np.cumprod(ratio)
+        q = np.full(B, r)
+        q[0] = 1.0
+        Q = np.cumprod(q)                              # Q_b = r^b: b roundings
+        blocks = -(-n // B)
+        p = np.full(blocks, Q[-1] * r)                 # r^B: B roundings
+        p[0] = 1.0
+        P = np.cumprod(p)                              # (r^B)^a: a further roundings on a·B of them
+        return np.multiply.outer(P, Q).ravel()[:n]     # one more
 
 
 def _first_at_most(kf: float, nxt1: np.ndarray, exp_kfp: np.ndarray, nxt2: np.ndarray, extra: float,

@@ -356,6 +356,25 @@ def test_band_cut_is_below_the_exact_threshold():
             assert T * mpmath.log(a, 2) <= -1000
 
 
+@pytest.mark.parametrize("r", [0.9999123, 0.5, 1.0 - 2.0 ** -40])
+def test_blocked_powers_stay_within_their_rounding_bound(r):
+    """`_powers(r, n)` (blocked cumulative products) is within (1 + u)^{2i+1} of the exact r^i, in mpmath at 200
+    bits, at block edges and across the range (the suffix sums' bound `fac` assumes that)."""
+    import mpmath
+
+    from privcheck.accounting import pld_certified as pc
+    n = 3 * pc._POWER_BLOCK + 17
+    w = pc._powers(r, n)
+    with mpmath.workprec(200):
+        u = mpmath.mpf(2) ** -53
+        B = pc._POWER_BLOCK
+        for i in sorted(set(range(0, n, 331)) | {1, B - 1, B, B + 1, 2 * B, n - 1}):
+            exact = mpmath.mpf(r) ** i
+            if exact < mpmath.mpf(2) ** -1000:
+                continue
+            assert abs(mpmath.mpf(float(w[i])) / exact - 1) <= (1 + u) ** (2 * i + 1) - 1, i
+
+
 @pytest.mark.parametrize("sigma,steps", [(0.12, 1), pytest.param(0.3, 10, marks=pytest.mark.slow)])
 def test_q1_far_above_epsilon_37_is_enclosed(sigma, steps):
     """q = 1 with ε ≈ 69 and 147: the float crossing point cancelled e^e below 2^-53 (ε > 37.4), which put the
