@@ -38,6 +38,7 @@ from scipy.optimize import minimize_scalar
 from privcheck import validation as v
 from privcheck.accounting.pld_pairs import Pair, pairs_for
 from privcheck.errors import CertificationError, InvalidParameter
+from privcheck.numerics import band_dft
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
@@ -551,6 +552,56 @@ def _compose(rounds: list[_Round], N: int, j0: int, g: int):
     return full_r, full_i, E
 
 
+def _full_spectrum(r: _Round, pos: np.ndarray, span: int, N: int, n: int, T: int):
+    """One round's upper and lower spectra by one packed length-N FFT: (m_U, m_L, e₁, the frequencies kept,
+    (A re, A im, B re, B im) on them). Off the band (`_band`) the entries are left out: their T-th powers are within
+    2^-1000 of zero (`_band_cut`)."""
+    u = arb(_U)
+    xr = np.zeros(N)
+    xi = np.zeros(N)
+    if span <= N:                   # distinct positions (increasing indices on the coset): copied
+        xr[pos], xi[pos] = r.upper, r.lower
+        placed_r, placed_i = r.upper, r.lower      # the nonzero entries, for the norms and sums
+    else:
+        np.add.at(xr, pos, r.upper)
+        np.add.at(xi, pos, r.lower)
+        counts = np.bincount(pos, minlength=N)
+        hit = counts > 1             # positions holding several masses (a round wider than N): sums rounded
+        if np.any(hit):
+            grow = 2.0 * counts[hit] * _U
+            xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
+            xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
+        placed_r, placed_i = xr, xi
+    with ctx.workprec(PREC):
+        norm = (_norm2_arb(placed_r) + _norm2_arb(placed_i)).sqrt()
+        m_U, m_L = _sum_arb(placed_r), _sum_arb(placed_i)
+        F = bfft.fft_error_bound(n, norm)
+        e1 = F * (1 + u) + u * (arb(N).sqrt() * norm + F) * (1 + u)
+    Xr, Xi = bfft.fft(xr, xi)
+    keep = _band(Xr, Xi, T)
+    # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i), on the band only
+    at = np.arange(N) if keep is None else keep
+    mirror = (-at) % N
+    Xr_k, Xi_k, Rr, Ri = Xr[at], Xi[at], Xr[mirror], Xi[mirror]
+    return m_U, m_L, e1, at, ((Xr_k + Rr) / 2, (Xi_k - Ri) / 2, (Xi_k + Ri) / 2, (Rr - Xr_k) / 2)
+
+
+def _band_direct(r: _Round, pos: np.ndarray, span: int, n: int, T: int, mass: arb):
+    """One round's spectra on the band of frequencies that survives T rounds only, without the length-N FFT
+    (`privcheck.numerics.band_dft`: a coarse transform proves |b_k| ≤ 2^{−1000/T} off the band, so |b_k|^T ≤ 2^-1000
+    for the exact spectrum; the band is summed directly): (frequencies, (A re, A im, B re, B im), e₁ = the 2-norm
+    of the band's errors), or None where the full transform is cheaper."""
+    dense = np.zeros((2, span))
+    dense[0, pos], dense[1, pos] = r.upper, r.lower
+    keep = band_dft.band(dense, n, T)
+    if keep is None:
+        return None
+    re, im = band_dft.dft_at(dense, n, keep)
+    with ctx.workprec(PREC):
+        e1 = arb(len(keep)).sqrt() * band_dft.dft_at_error(span, mass)
+    return keep, (re[0], im[0], re[1], im[1]), e1
+
+
 def _compose_cyclic(rounds: list[_Round], N: int, g: int):
     """Cyclic composition on N points of the sublattice gℤ: (upper, lower, entry error bound, shift) with
     position i holding the composed lattice index shift + g·i (mod g·N)."""
@@ -564,36 +615,18 @@ def _compose_cyclic(rounds: list[_Round], N: int, g: int):
         ref = int(r.index[0])
         shift += r.steps * ref
         pos = ((r.index - ref) // g) % N
-        xr = np.zeros(N)
-        xi = np.zeros(N)
-        if (int(r.index[-1]) - ref) // g < N:    # distinct positions (increasing indices on the coset): copied
-            xr[pos], xi[pos] = r.upper, r.lower
-            placed_r, placed_i = r.upper, r.lower      # the nonzero entries, for the norms and sums
-        else:
-            np.add.at(xr, pos, r.upper)
-            np.add.at(xi, pos, r.lower)
-            counts = np.bincount(pos, minlength=N)
-            hit = counts > 1             # positions holding several masses (a round wider than N): sums rounded
-            if np.any(hit):
-                grow = 2.0 * counts[hit] * _U
-                xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
-                xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
-            placed_r, placed_i = xr, xi
-        with ctx.workprec(PREC):
-            norm = (_norm2_arb(placed_r) + _norm2_arb(placed_i)).sqrt()
-            m_U, m_L = _sum_arb(placed_r), _sum_arb(placed_i)
-            F = bfft.fft_error_bound(n, norm)
-            e1 = F * (1 + u) + u * (sqrtN * norm + F) * (1 + u)
-        Xr, Xi = bfft.fft(xr, xi)
+        span = (int(r.index[-1]) - ref) // g + 1
         T = r.steps
-        keep = _band(Xr, Xi, T)
-        # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i); off the band the powers are set to
-        # zero (each within 2^-1000 of the unpacked entry's power, `_band_cut`), on it formed and powered
-        at = np.arange(N) if keep is None else keep
-        mirror = (-at) % N
-        Xr_k, Xi_k, Rr, Ri = Xr[at], Xi[at], Xr[mirror], Xi[mirror]
-        Ar, Ai = (Xr_k + Rr) / 2, (Xi_k - Ri) / 2
-        Br, Bi = (Xi_k + Ri) / 2, (Rr - Xr_k) / 2
+        keep = None
+        if span <= N // 8 and T >= 2:     # short support, many rounds: the band alone (`_band_direct`)
+            with ctx.workprec(PREC):
+                m_U, m_L = _sum_arb(r.upper), _sum_arb(r.lower)
+            direct = _band_direct(r, pos, span, n, T, m_U.max(m_L))
+            if direct is not None:
+                keep, (Ar, Ai, Br, Bi), e1 = direct
+        if keep is None:
+            m_U, m_L, e1, keep, (Ar, Ai, Br, Bi) = _full_spectrum(r, pos, span, N, n, T)
+        at = keep
         PUr, PUi, PLr, PLi = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N)
         PUr[at], PUi[at] = _complex_pow(Ar, Ai, T)
         PLr[at], PLi[at] = _complex_pow(Br, Bi, T)
