@@ -15,7 +15,9 @@ Method (proof in docs/accounting.md, "Certified PLD"):
    answer carries most of the mass), one forward FFT per phase, the T-th power, one inverse FFT, all in the
    radix-2 FFT of `privcheck.numerics.fft` whose rounding error has a proven bound. The bound, the wrap-around
    of the cyclic convolution (bounded by Chernoff bounds computed in Arb) and every float rounding are added
-   to the upper masses and subtracted from the lower ones.
+   to the upper masses and subtracted from the lower ones. After many rounds only a narrow band of frequencies
+   survives the T-th power: the band is proven (|X|^T ≤ 2^-1000 elsewhere) and summed directly
+   (`privcheck.numerics.band_dft`) instead of the length-N forward FFT, and only the band is powered.
 3. δ(ε) = Σ_{ℓ>ε}(1 − e^{ε−ℓ})·p(ℓ) + p(∞) is piecewise of the form A − e^ε·B between lattice points, so
    ε(δ) is solved in closed form in Arb on the segment where the crossing lies (no float bisection): the upper
    end of the upper discretisation's ε is reported, the lower end of the lower one's ε is the lower bound.

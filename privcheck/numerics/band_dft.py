@@ -86,7 +86,8 @@ def band(x: np.ndarray, n: int, T: int) -> np.ndarray | None:
     """Frequencies k in [0, N) (N = 2^n), sorted, outside which every row's exact DFT satisfies
     |X_k| ≤ 2^{−1000/T} (so |X_k|^T ≤ 2^-1000), for masses x[row, j] ≥ 0 at positions j < S (one or two rows).
     The coarse length M is the power of two that keeps the interpolation slack D·π/M below half of 1 − 2^{−1000/T};
-    None where M would exceed N/4 or the band more than N/64 frequencies (then the full transform is cheaper)."""
+    None where M would exceed N/4, or the band hold more than N/64 frequencies or cost more to sum than the full
+    transform (then that is used)."""
     rows, S = x.shape
     N = 1 << n
     if rows > 2:
@@ -138,5 +139,9 @@ def band(x: np.ndarray, n: int, T: int) -> np.ndarray | None:
     R = N // M
     if len(open_) * R > N // 64:
         return None
-    ks = (open_[:, None] * R + np.arange(R + 1)[None, :]).ravel() % N
-    return np.unique(ks)
+    ks = np.unique((open_[:, None] * R + np.arange(R + 1)[None, :]).ravel() % N)
+    # the direct sums cost about 4·S·|band| matrix flops; the full transform about 10 array operations per entry
+    # and level on log₂ S levels (those below the support are formed directly)
+    if 4 * S * len(ks) > 10 * N * max(1, math.ceil(math.log2(S))):
+        return None
+    return ks

@@ -122,7 +122,7 @@ def test_million_steps_encloses_the_exact_gdp_epsilon():
 def test_million_steps_brackets_dp_accounting():
     """q = 0.01, σ = 1, T = 10⁶, δ = 1e-5 at the lattice 1e-4 (the T-scaling benchmark's last row): dp-accounting's
     pessimistic figure (an upper estimate) is ≥ our lower end, our upper end is ≥ its optimistic figure, and our
-    upper end exceeds its pessimistic one by at most 1e-2 (docs/accounting.md, "Speed at scale": 6.2e-3
+    upper end exceeds its pessimistic one by at most 1e-2 (docs/accounting.md, "Speed at scale": 1.7e-3
     measured; the discretisation error of both grows with T at a fixed lattice)."""
     phases = ((0.01, 1.0, 10 ** 6),)
     b = certified_epsilon(phases, 1e-5, interval=1e-4)
