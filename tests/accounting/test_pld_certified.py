@@ -318,13 +318,13 @@ def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
 
 
 def test_band_of_surviving_frequencies_gives_the_full_spectrum_enclosure(monkeypatch):
-    """After T = 10⁴ rounds only a narrow band of frequencies survives the T-th power: the band is summed directly
+    """After T = 10⁵ rounds only a narrow band of frequencies survives the T-th power: the band is summed directly
     (`band_dft`, proven off the band by a coarse transform) and the rest set to zero within 2^-1000 each. The
-    enclosure must agree with the one from the full length-N transform powering every frequency (only the error
-    bounds differ), and both must bracket dp-accounting's."""
+    enclosure must lie inside the one from the full length-N transform powering every frequency, within 1e-4 of
+    it (only the error bounds differ: 3e-5 here), and both must bracket dp-accounting's."""
     from privcheck.accounting import pld_certified as pc
     from privcheck.numerics import band_dft
-    phases = ((0.01, 1.0, 10 ** 4),)
+    phases = ((0.01, 1.0, 10 ** 5),)
     seen = []
     band = band_dft.band
 
@@ -334,11 +334,13 @@ def test_band_of_surviving_frequencies_gives_the_full_spectrum_enclosure(monkeyp
         return keep
     monkeypatch.setattr(band_dft, "band", spy)
     fast = certified_epsilon(phases, 1e-5, interval=1e-4)
-    assert seen and all(k is not None and k < N // 100 for N, k in seen), f"meant to exercise the band: {seen}"
+    assert any(k is not None and k < N // 100 for N, k in seen), f"meant to exercise the band: {seen}"
     monkeypatch.setattr(band_dft, "band", lambda x, n, T: None)
     monkeypatch.setattr(pc, "_band", lambda Xr, Xi, T: None)
     full = certified_epsilon(phases, 1e-5, interval=1e-4)
-    assert abs(fast.lower - full.lower) <= 1e-6 and abs(fast.upper - full.upper) <= 1e-6
+    # the band's direct sums err far less than the length-N FFT: the enclosure is as tight or tighter
+    assert full.lower - 1e-9 <= fast.lower <= fast.upper <= full.upper + 1e-9
+    assert fast.upper - fast.lower >= 0.99 * (full.upper - full.lower) - 1e-4
     (opt, pess), = ref.dpa_bracket(phases, (1e-5,), 1e-4)
     for b in (fast, full):
         assert b.upper >= opt and b.lower <= pess
