@@ -43,6 +43,7 @@ from privcheck.errors import CertificationError, InvalidParameter
 from privcheck.numerics import band_dft
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
+from privcheck.numerics.powers import geometric_powers
 
 __all__ = ["DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT", "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds",
            "certified_epsilon", "certified_epsilons", "check_delta", "check_noise", "check_phases"]
@@ -505,22 +506,10 @@ def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
     return rr, ri
 
 
-def _band_cut(T: int) -> float:
-    """A float c such that, wherever fl(re² + im²) ≤ c for both X_k and X_{−k} (the packed spectrum), both
-    unpacked entries a_k = fl(fl(X_k + conj X_{−k})/2) and b_k satisfy |a_k|^T, |b_k|^T ≤ 2^-1000 (whether they
-    are formed or not): |X|² ≤ V = (fl(re² + im²) + 2^-1021)/(1 − u)³ (three roundings, each relative u or,
-    below 2^-1022, absolute 2^-1075), |a_k| ≤ (1 + u)·√V + 2^-1073, and that is at most C^{1/2}, C = 2^{−2000/T},
-    when c = ((√C − 2^-1073)/(1 + u))²·(1 − u)³ − 2^-1021, rounded down. Negative (nothing dropped) for T < 2."""
-    with ctx.workprec(PREC):
-        u = arb(_U)
-        root = (arb(2) ** (arb(-1000) / T) - arb(2) ** -1073) / (1 + u)
-        return float_down(root * root * (1 - u) ** 3 - arb(2) ** -1021)
-
-
 def _band(Xr: np.ndarray, Xi: np.ndarray, T: int) -> np.ndarray | None:
-    """Indices k whose unpacked spectra may exceed 2^-1000 after the T-th power (`_band_cut`; the band of
+    """Indices k whose unpacked spectra may exceed 2^-1000 after the T-th power (`band_dft.power_cut`; the band of
     frequencies that survives T rounds, a few hundred entries after T ≥ 10³ rounds), or None for all."""
-    cut = _band_cut(T)
+    cut = band_dft.power_cut(T)
     if not cut > 0:
         return None
     big = Xr * Xr + Xi * Xi > cut
@@ -557,7 +546,7 @@ def _compose(rounds: list[_Round], N: int, j0: int, g: int):
 def _full_spectrum(r: _Round, pos: np.ndarray, span: int, N: int, n: int, T: int):
     """One round's upper and lower spectra by one packed length-N FFT: (m_U, m_L, e₁, the frequencies kept,
     (A re, A im, B re, B im) on them). Off the band (`_band`) the entries are left out: their T-th powers are within
-    2^-1000 of zero (`_band_cut`)."""
+    2^-1000 of zero (`band_dft.power_cut`)."""
     u = arb(_U)
     xr = np.zeros(N)
     xi = np.zeros(N)
@@ -719,7 +708,7 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     n = len(s) - i0
     memo = {} if memo is None else memo
     if ("powers", i0) not in memo:
-        memo[("powers", i0)] = _powers(float(r.mid()), n), _powers(float(rp.mid()), n)
+        memo[("powers", i0)] = geometric_powers(float(r.mid()), n), geometric_powers(float(rp.mid()), n)
     pw, pw_p = memo[("powers", i0)]
     with np.errstate(over="ignore", under="ignore"):
         t1 = c[i0:] * pw
@@ -728,7 +717,7 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     np.cumsum(t1[::-1], out=S1[n - 1::-1])      # the same sequential sums from the top entry down
     np.cumsum(t2[::-1], out=S2[n - 1::-1])
     with ctx.workprec(PREC):
-        # float rounding of the powers ((1+u)^{2i+1}, `_powers`), the products and the sequential sums:
+        # float rounding of the powers ((1+u)^{2i+1}, `geometric_powers`), the products and the sequential sums:
         # (1+u)^{3n+2} ≤ fac
         fac = (1 + arb(8) * arb(_U)) ** (n + 4)
         # terms that underflowed to zero: each below 2^-1000 times the largest mass
@@ -736,30 +725,6 @@ def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
         fr = (1 + 2 * _rel_error(float(r.mid()), r)) ** arb(n)      # r^i ≤ r̃^i·(1 + 2·rel)^i
         frp = (1 + 2 * _rel_error(float(rp.mid()), rp)) ** arb(n)
     return S1, S2, n, fac, under, fr, frp
-
-
-_POWER_BLOCK = 4096
-
-
-def _powers(r: float, n: int) -> np.ndarray:
-    """r^i for i < n in floats, within a factor (1 + u)^{2i+1} of the exact powers of the float r (normal range):
-    r^{aB+b} = fl(P_a·Q_b) with Q_b = r^b (b roundings) and P_a = R^a (a − 1 roundings) cumulative products,
-    R = fl(Q_{B−1}·r) (B roundings), B = 4096: aB + (a − 1) + b + 1 = i + a ≤ 2i roundings. One cumulative
-    product over n entries is a long dependency chain (slow in numpy); these two are short."""
-    B = _POWER_BLOCK
-    with np.errstate(over="ignore", under="ignore"):
-        if n <= 2 * B:
-            ratio = np.full(n, r)
-            ratio[0] = 1.0
-            return np.cumprod(ratio)
-        q = np.full(B, r)
-        q[0] = 1.0
-        Q = np.cumprod(q)                              # Q_b = r^b: b roundings
-        blocks = -(-n // B)
-        p = np.full(blocks, Q[-1] * r)                 # r^B: B roundings
-        p[0] = 1.0
-        P = np.cumprod(p)                              # (r^B)^a: a further roundings on a·B of them
-        return np.multiply.outer(P, Q).ravel()[:n]     # one more
 
 
 def _first_at_most(kf: float, nxt1: np.ndarray, exp_kfp: np.ndarray, nxt2: np.ndarray, extra: float,

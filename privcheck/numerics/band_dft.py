@@ -27,7 +27,7 @@ from flint import arb, ctx
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
 
-__all__ = ["BLOCK", "band", "dft_at", "dft_at_error"]
+__all__ = ["BLOCK", "band", "dft_at", "dft_at_error", "power_cut"]
 
 BLOCK = 256
 _U = 2.0 ** -53
@@ -145,3 +145,15 @@ def band(x: np.ndarray, n: int, T: int) -> np.ndarray | None:
     if 4 * S * len(ks) > 10 * N * max(1, math.ceil(math.log2(S))):
         return None
     return ks
+
+
+def power_cut(T: int) -> float:
+    """A float c such that, wherever fl(re² + im²) ≤ c for both X_k and X_{−k} (the packed spectrum), both
+    unpacked entries a_k = fl(fl(X_k + conj X_{−k})/2) and b_k satisfy |a_k|^T, |b_k|^T ≤ 2^-1000 (whether they
+    are formed or not): |X|² ≤ V = (fl(re² + im²) + 2^-1021)/(1 − u)³ (three roundings, each relative u or,
+    below 2^-1022, absolute 2^-1075), |a_k| ≤ (1 + u)·√V + 2^-1073, and that is at most C^{1/2}, C = 2^{−2000/T},
+    when c = ((√C − 2^-1073)/(1 + u))²·(1 − u)³ − 2^-1021, rounded down. Negative (nothing dropped) for T < 2."""
+    with ctx.workprec(_PREC):
+        u = arb(_U)
+        root = (arb(2) ** (arb(-1000) / T) - arb(2) ** -1073) / (1 + u)
+        return float_down(root * root * (1 - u) ** 3 - arb(2) ** -1021)

@@ -347,16 +347,16 @@ def test_band_of_surviving_frequencies_gives_the_full_spectrum_enclosure(monkeyp
 
 
 def test_band_cut_is_below_the_exact_threshold():
-    """`_band_cut(T)` is a float c with ((1 + u)·√((c + 2^-1021)/(1 − u)³) + 2^-1073)^T ≤ 2^-1000 (checked in
+    """`band_dft.power_cut(T)` is a float c with ((1 + u)·√((c + 2^-1021)/(1 − u)³) + 2^-1073)^T ≤ 2^-1000 (checked in
     mpmath at 50 digits), and negative where T < 2 (nothing dropped)."""
     import mpmath
 
-    from privcheck.accounting import pld_certified as pc
-    assert pc._band_cut(1) < 0
+    from privcheck.numerics.band_dft import power_cut
+    assert power_cut(1) < 0
     u = mpmath.mpf(2) ** -53
     with mpmath.workdps(50):
         for T in (2, 3, 100, 10 ** 3, 12345, 10 ** 6):
-            c = mpmath.mpf(pc._band_cut(T))
+            c = mpmath.mpf(power_cut(T))
             assert c > 0
             a = (1 + u) * mpmath.sqrt((c + mpmath.mpf(2) ** -1021) / (1 - u) ** 3) + mpmath.mpf(2) ** -1073
             assert T * mpmath.log(a, 2) <= -1000
@@ -364,16 +364,16 @@ def test_band_cut_is_below_the_exact_threshold():
 
 @pytest.mark.parametrize("r", [0.9999123, 0.5, 1.0 - 2.0 ** -40])
 def test_blocked_powers_stay_within_their_rounding_bound(r):
-    """`_powers(r, n)` (blocked cumulative products) is within (1 + u)^{2i+1} of the exact r^i, in mpmath at 200
-    bits, at block edges and across the range (the suffix sums' bound `fac` assumes that)."""
+    """`geometric_powers(r, n)` (blocked cumulative products) is within (1 + u)^{2i+1} of the exact r^i, in
+    mpmath at 200 bits, at block edges and across the range (the suffix sums' bound `fac` assumes that)."""
     import mpmath
 
-    from privcheck.accounting import pld_certified as pc
-    n = 3 * pc._POWER_BLOCK + 17
-    w = pc._powers(r, n)
+    from privcheck.numerics.powers import POWER_BLOCK, geometric_powers
+    n = 3 * POWER_BLOCK + 17
+    w = geometric_powers(r, n)
     with mpmath.workprec(200):
         u = mpmath.mpf(2) ** -53
-        B = pc._POWER_BLOCK
+        B = POWER_BLOCK
         for i in sorted(set(range(0, n, 331)) | {1, B - 1, B, B + 1, 2 * B, n - 1}):
             exact = mpmath.mpf(r) ** i
             if exact < mpmath.mpf(2) ** -1000:
