@@ -15,7 +15,9 @@ Method (proof in docs/accounting.md, "Certified PLD"):
    answer carries most of the mass), one forward FFT per phase, the T-th power, one inverse FFT, all in the
    radix-2 FFT of `privcheck.numerics.fft` whose rounding error has a proven bound. The bound, the wrap-around
    of the cyclic convolution (bounded by Chernoff bounds computed in Arb) and every float rounding are added
-   to the upper masses and subtracted from the lower ones.
+   to the upper masses and subtracted from the lower ones. After many rounds only a narrow band of frequencies
+   survives the T-th power: the band is proven (|X|^T ≤ 2^-1000 elsewhere) and summed directly
+   (`privcheck.numerics.band_dft`) instead of the length-N forward FFT, and only the band is powered.
 3. δ(ε) = Σ_{ℓ>ε}(1 − e^{ε−ℓ})·p(ℓ) + p(∞) is piecewise of the form A − e^ε·B between lattice points, so
    ε(δ) is solved in closed form in Arb on the segment where the crossing lies (no float bisection): the upper
    end of the upper discretisation's ε is reported, the lower end of the lower one's ε is the lower bound.
@@ -38,8 +40,10 @@ from scipy.optimize import minimize_scalar
 from privcheck import validation as v
 from privcheck.accounting.pld_pairs import Pair, pairs_for
 from privcheck.errors import CertificationError, InvalidParameter
+from privcheck.numerics import band_dft
 from privcheck.numerics import fft as bfft
 from privcheck.numerics.certified import float_down, float_up
+from privcheck.numerics.powers import geometric_powers
 
 __all__ = ["DEFAULT_ABS_TOLERANCE", "DEFAULT_REL_TOLERANCE", "DEFAULT_TOLERANCE", "DELTA_MIN", "MAX_LOG2_FFT",
            "MAX_PHASES", "MAX_STEPS", "NOISE_RANGE", "PLDBounds", "certified_epsilon", "certified_epsilons",
@@ -70,7 +74,8 @@ _GAP_CONSTANT = 0.2
 _COARSE_ESTIMATE_LOG2 = 6     # the float estimate of ε behind the tilt: lattice at most 64·h
 
 # What the certified PLD can use (docs/accounting.md, "Legal ranges"): at most MAX_STEPS rounds per phase and in
-# total, and at most MAX_PHASES phases. Measured on a 2-core CPU: 10⁶ rounds take 10–35 s; at 10⁷ the float
+# total, and at most MAX_PHASES phases. Measured on a 2-core CPU: 10⁶ rounds take ≈ 2 s at the lattice 1e-4
+# (q = 0.01, σ = 1; docs/accounting.md "Speed at scale"); at 10⁷ the float
 # T-th powers of the spectra overflow (ε = inf) or the enclosure widens 100-fold. Each phase costs one
 # discretisation and one FFT (≈ 0.7 s): 100 phases take 1–1.5 min.
 MAX_STEPS = 10 ** 6
@@ -514,6 +519,18 @@ def _complex_pow(re: np.ndarray, im: np.ndarray, T: int):
     return rr, ri
 
 
+def _band(Xr: np.ndarray, Xi: np.ndarray, T: int) -> np.ndarray | None:
+    """Indices k whose unpacked spectra may exceed 2^-1000 after the T-th power (`band_dft.power_cut`; the band of
+    frequencies that survives T rounds, a few hundred entries after T ≥ 10³ rounds), or None for all."""
+    cut = band_dft.power_cut(T)
+    if not cut > 0:
+        return None
+    big = Xr * Xr + Xi * Xi > cut
+    big |= np.roll(big[::-1], 1)          # k kept whenever X_k or X_{−k} is large
+    keep = np.flatnonzero(big)
+    return None if len(keep) > len(Xr) // 2 else keep
+
+
 def _sublattice(rounds: list[_Round], N: int) -> int:
     """The largest power of two g dividing every breakpoint spacing of every round (at most N/1024): the composed
     masses then live on one coset of gℤ, and the FFTs run on N/g points."""
@@ -539,6 +556,56 @@ def _compose(rounds: list[_Round], N: int, j0: int, g: int):
     return full_r, full_i, E
 
 
+def _full_spectrum(r: _Round, pos: np.ndarray, span: int, N: int, n: int, T: int):
+    """One round's upper and lower spectra by one packed length-N FFT: (m_U, m_L, e₁, the frequencies kept,
+    (A re, A im, B re, B im) on them). Off the band (`_band`) the entries are left out: their T-th powers are within
+    2^-1000 of zero (`band_dft.power_cut`)."""
+    u = arb(_U)
+    xr = np.zeros(N)
+    xi = np.zeros(N)
+    if span <= N:                   # distinct positions (increasing indices on the coset): copied
+        xr[pos], xi[pos] = r.upper, r.lower
+        placed_r, placed_i = r.upper, r.lower      # the nonzero entries, for the norms and sums
+    else:
+        np.add.at(xr, pos, r.upper)
+        np.add.at(xi, pos, r.lower)
+        counts = np.bincount(pos, minlength=N)
+        hit = counts > 1             # positions holding several masses (a round wider than N): sums rounded
+        if np.any(hit):
+            grow = 2.0 * counts[hit] * _U
+            xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
+            xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
+        placed_r, placed_i = xr, xi
+    with ctx.workprec(PREC):
+        norm = (_norm2_arb(placed_r) + _norm2_arb(placed_i)).sqrt()
+        m_U, m_L = _sum_arb(placed_r), _sum_arb(placed_i)
+        F = bfft.fft_error_bound(n, norm)
+        e1 = F * (1 + u) + u * (arb(N).sqrt() * norm + F) * (1 + u)
+    Xr, Xi = bfft.fft(xr, xi)
+    keep = _band(Xr, Xi, T)
+    # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i), on the band only
+    at = np.arange(N) if keep is None else keep
+    mirror = (-at) % N
+    Xr_k, Xi_k, Rr, Ri = Xr[at], Xi[at], Xr[mirror], Xi[mirror]
+    return m_U, m_L, e1, at, ((Xr_k + Rr) / 2, (Xi_k - Ri) / 2, (Xi_k + Ri) / 2, (Rr - Xr_k) / 2)
+
+
+def _band_direct(r: _Round, pos: np.ndarray, span: int, n: int, T: int, mass: arb):
+    """One round's spectra on the band of frequencies that survives T rounds only, without the length-N FFT
+    (`privcheck.numerics.band_dft`: a coarse transform proves |b_k| ≤ 2^{−1000/T} off the band, so |b_k|^T ≤ 2^-1000
+    for the exact spectrum; the band is summed directly): (frequencies, (A re, A im, B re, B im), e₁ = the 2-norm
+    of the band's errors), or None where the full transform is cheaper."""
+    dense = np.zeros((2, span))
+    dense[0, pos], dense[1, pos] = r.upper, r.lower
+    keep = band_dft.band(dense, n, T)
+    if keep is None:
+        return None
+    re, im = band_dft.dft_at(dense, n, keep)
+    with ctx.workprec(PREC):
+        e1 = arb(len(keep)).sqrt() * band_dft.dft_at_error(span, mass)
+    return keep, (re[0], im[0], re[1], im[1]), e1
+
+
 def _compose_cyclic(rounds: list[_Round], N: int, g: int):
     """Cyclic composition on N points of the sublattice gℤ: (upper, lower, entry error bound, shift) with
     position i holding the composed lattice index shift + g·i (mod g·N)."""
@@ -552,32 +619,24 @@ def _compose_cyclic(rounds: list[_Round], N: int, g: int):
         ref = int(r.index[0])
         shift += r.steps * ref
         pos = ((r.index - ref) // g) % N
-        xr = np.zeros(N)
-        xi = np.zeros(N)
-        np.add.at(xr, pos, r.upper)
-        np.add.at(xi, pos, r.lower)
-        counts = np.bincount(pos, minlength=N)
-        hit = counts > 1                 # positions holding several masses (a round wider than N): sums rounded
-        if np.any(hit):
-            grow = 2.0 * counts[hit] * _U
-            xr[hit] = np.nextafter(xr[hit] * (1 + grow), np.inf)
-            xi[hit] = np.maximum(np.nextafter(xi[hit] * (1 - grow), 0.0), 0.0)
-        with ctx.workprec(PREC):
-            norm = (_norm2_arb(xr) + _norm2_arb(xi)).sqrt()
-            m_U, m_L = _sum_arb(xr), _sum_arb(xi)
-            F = bfft.fft_error_bound(n, norm)
-            e1 = F * (1 + u) + u * (sqrtN * norm + F) * (1 + u)
-        Xr, Xi = bfft.fft(xr, xi)
-        # unpack: A_k = (X_k + conj X_{−k})/2, B_k = (X_k − conj X_{−k})/(2i)
-        Rr, Ri = np.roll(Xr[::-1], 1), np.roll(Xi[::-1], 1)
-        Ar, Ai = (Xr + Rr) / 2, (Xi - Ri) / 2
-        Br, Bi = (Xi + Ri) / 2, (Rr - Xr) / 2
+        span = (int(r.index[-1]) - ref) // g + 1
         T = r.steps
-        PUr, PUi = _complex_pow(Ar, Ai, T)
-        PLr, PLi = _complex_pow(Br, Bi, T)
+        keep = None
+        if span <= N // 8 and T >= 2:     # short support, many rounds: the band alone (`_band_direct`)
+            with ctx.workprec(PREC):
+                m_U, m_L = _sum_arb(r.upper), _sum_arb(r.lower)
+            direct = _band_direct(r, pos, span, n, T, m_U.max(m_L))
+            if direct is not None:
+                keep, (Ar, Ai, Br, Bi), e1 = direct
+        if keep is None:
+            m_U, m_L, e1, keep, (Ar, Ai, Br, Bi) = _full_spectrum(r, pos, span, N, n, T)
+        at = keep
+        PUr, PUi, PLr, PLi = np.zeros(N), np.zeros(N), np.zeros(N), np.zeros(N)
+        PUr[at], PUi[at] = _complex_pow(Ar, Ai, T)
+        PLr[at], PLi[at] = _complex_pow(Br, Bi, T)
         with ctx.workprec(PREC):
             rho = (1 + arb(5).sqrt() * u) ** (2 * T) - 1
-            tau = arb(2) ** -1000 * sqrtN
+            tau = 2 * arb(2) ** -1000 * sqrtN     # underflow in the powering, and the entries off the band
             grow = T * (m_U.max(m_L) + e1) ** (T - 1) * e1        # |a^T − b^T| ≤ T|a − b|·max(|a|, |b|)^{T−1}
             eU = grow + rho / (1 - rho) * (_norm2_arb(PUr) + _norm2_arb(PUi)).sqrt() + tau
             eL = grow + rho / (1 - rho) * (_norm2_arb(PLr) + _norm2_arb(PLi)).sqrt() + tau
@@ -625,11 +684,11 @@ def _epsilon_bracket(cU, cL, E: arb, alias_L: arb, tail_U: arb, p_inf: arb, log_
         # float guess of the crossing from the upper masses (only to pick the segment)
         with np.errstate(all="ignore"):
             logw = np.log(np.maximum(up, 1e-320)) - lam * s + float(log_zT.mid())
-        memo["arrays"] = (s, up, lo, E_f, _float_delta_points(logw, s))
+        memo["arrays"] = (s, up, lo, E_f, _block_delta_points(logw, s, _GUESS_BLOCK))
     s, up, lo, E_f, d_float = memo["arrays"]
     below = d_float <= delta
-    hit = int(np.argmax(below))             # the first entry at or below δ, if any
-    j_guess = min(max(hit if below[hit] else N - 1, 1), N - 1)
+    hit = int(np.argmax(below))             # the first block start at or below δ, if any
+    j_guess = min(max(hit * _GUESS_BLOCK if below[hit] else N - 1, 1), N - 1)
     if "extra" not in memo:        # δ-independent: the mass above the window and at infinity
         memo["extra"] = tail_U * log_zT.exp() * (-arb(lam) * (arb(j0 + N) * arb(h))).exp() + p_inf
     extra = memo["extra"]
@@ -651,24 +710,28 @@ def _solve_moving(c, s, j, lam, log_zT, delta, h, extra: arb, side: str, memo: d
     raise _WindowMissed("the crossing lies outside the composed window")
 
 
-def _suffix_sums(c, s, i0: int, lam: float, h: float):
+def _suffix_sums(c, s, i0: int, lam: float, h: float, memo: dict | None = None):
     """Suffix sums of c_i·r̃^{i−i0} and c_i·r̃'^{i−i0} (r = e^{−λh}, r' = e^{−(λ+1)h}) from entry i0, and the
-    Arb factors that bound their float rounding (independent of δ and of the reference point)."""
+    Arb factors that bound their float rounding (independent of δ and of the reference point). Each sum array
+    carries one more entry, 0, at its end (the shifted sums of `_solve_segments` are views of it); the powers
+    r̃^i are shared through `memo` by the upper and lower sides (the same floats)."""
     with ctx.workprec(PREC):
         r = (-arb(lam) * arb(h)).exp()
         rp = (-(arb(lam) + 1) * arb(h)).exp()
     n = len(s) - i0
-    ratio = np.full(n, float(r.mid()))
-    ratio[0] = 1.0
-    ratio_p = np.full(n, float(rp.mid()))
-    ratio_p[0] = 1.0
+    memo = {} if memo is None else memo
+    if ("powers", i0) not in memo:
+        memo[("powers", i0)] = geometric_powers(float(r.mid()), n), geometric_powers(float(rp.mid()), n)
+    pw, pw_p = memo[("powers", i0)]
     with np.errstate(over="ignore", under="ignore"):
-        t1 = c[i0:] * np.cumprod(ratio)
-        t2 = c[i0:] * np.cumprod(ratio_p)
-    S1 = np.cumsum(t1[::-1])[::-1]
-    S2 = np.cumsum(t2[::-1])[::-1]
+        t1 = c[i0:] * pw
+        t2 = c[i0:] * pw_p
+    S1, S2 = np.zeros(n + 1), np.zeros(n + 1)
+    np.cumsum(t1[::-1], out=S1[n - 1::-1])      # the same sequential sums from the top entry down
+    np.cumsum(t2[::-1], out=S2[n - 1::-1])
     with ctx.workprec(PREC):
-        # float rounding of the recurrence, the products and the sequential sums: (1+u)^{2n+1} ≤ fac
+        # float rounding of the powers ((1+u)^{2i+1}, `geometric_powers`), the products and the sequential sums:
+        # (1+u)^{3n+2} ≤ fac
         fac = (1 + arb(8) * arb(_U)) ** (n + 4)
         # terms that underflowed to zero: each below 2^-1000 times the largest mass
         under = arb(n) * arb(max(float(np.max(c)), 1.0)) * arb(2) ** -1000
@@ -703,9 +766,9 @@ def _solve_segments(c, s, ref, j, lam, log_zT, delta, h, extra: arb, side: str, 
     key = (side, i0)
     memo = {} if memo is None else memo
     if key not in memo:
-        sums = _suffix_sums(c, s, i0, lam, h)
-        # the sums shifted by one entry (the float segment guess below), made once per (side, i0), not per δ
-        memo[key] = sums, np.append(sums[0][1:], 0.0), np.append(sums[1][1:], 0.0)
+        S1x, S2x, *rest = _suffix_sums(c, s, i0, lam, h, memo)
+        # the sums and the sums shifted by one entry (the float segment guess below), once per (side, i0)
+        memo[key] = (S1x[:-1], S2x[:-1], *rest), S1x[1:], S2x[1:]
     (S1, S2, n, fac, under, fr, frp), nxt1, nxt2 = memo[key]
     # the factors at the reference depend on (i0, ref) only; the last ones are kept, so the lower side and a
     # following δ with the same reference reuse them (the float e^{s − ref} over the window is the costly part)
@@ -797,6 +860,23 @@ def _tilt(cells: list[tuple[int, np.ndarray, int, float]], delta: float) -> floa
         return (K(lam) - math.log(delta)) / lam
     res = minimize_scalar(f, bounds=(-14.0, 7.0), method="bounded", options={"xatol": 1e-4})
     return math.exp(res.x)
+
+
+_GUESS_BLOCK = 64
+
+
+def _block_delta_points(logw: np.ndarray, s: np.ndarray, block: int) -> np.ndarray:
+    """`_float_delta_points` at every `block`-th entry, each block's mass placed at its start (floats: only the
+    starting segment of the certified solve, which moves to the segment holding the crossing itself)."""
+    n = len(logw) // block * block
+    if n < 2 * block:
+        return _float_delta_points(logw, s)[::block]
+    rows = logw[:n].reshape(-1, block)
+    top = rows.max(axis=1)
+    with np.errstate(all="ignore"):
+        lb = top + np.log(np.sum(np.exp(rows - top[:, None]), axis=1))
+    lb = np.where(np.isfinite(top), lb, -np.inf)
+    return _float_delta_points(lb, s[:n:block])
 
 
 def _float_delta_points(logw: np.ndarray, s: np.ndarray) -> np.ndarray:

@@ -89,31 +89,70 @@ def fft(re: np.ndarray, im: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Level L holds an (L, N/L) array: column c is the length-L DFT of x[c::N/L]. Going to 2L pairs column c
     (the even samples of x[c::N/(2L)]) with column c + N/(2L) (the odd samples): X = E ± w_{2L}^r·O.
+    Row r of level 2L needs only row r mod L of level L, so from the first level L₀ on (`_first_level`) the rows
+    ρ + L₀·t with ρ in a block of residues mod L₀ form an independent computation: `_levels` runs the levels on one
+    cache-sized block of residues at a time. Every output is the same sequence of float operations on the same
+    operands as level by level over the whole array, so the results are bit-identical and the bound unchanged.
     """
     N = re.shape[0]
     n = length_log2(N)
     wre, wim = twiddles(n)
     xr = np.ascontiguousarray(re, dtype=np.float64)
     xi = np.ascontiguousarray(im, dtype=np.float64)
-    ar, ai, L = _first_level(xr, xi, wre, wim)
+    ar, ai, L0 = _first_level(xr, xi, wre, wim)
+    if L0 == N:
+        return ar.reshape(N), ai.reshape(N)
+    return _levels(ar, ai, L0, wre, wim)
+
+
+_BLOCK = 1 << 16      # entries per block of residues (a few arrays of 512 KiB stay in cache)
+
+
+def _levels(ar: np.ndarray, ai: np.ndarray, L0: int, wre: np.ndarray, wim: np.ndarray):
+    """Levels L₀ → N of `fft` on blocks of row residues ρ mod L₀ (docstring of `fft`). At level L a block is a
+    (L/L₀, b, M) array: entry [t, ρ, c] is row ρ₀ + ρ + L₀·t, column c, of the level-L array."""
+    M0 = ar.shape[1]
+    N = L0 * M0
+    b = max(1, min(L0, _BLOCK // M0))
+    size = b * M0
+    out_r, out_i = np.empty((N // L0, L0)), np.empty((N // L0, L0))
+    levels = []                     # per level: (L, twiddles w_{2L}^r for r < L viewed as (L/L₀, L₀))
+    L = L0
     while L < N:
-        M = N // L
-        er, ei = ar[:, : M // 2], ai[:, : M // 2]
-        orr, oi = ar[:, M // 2:], ai[:, M // 2:]
         step = N // (2 * L)
-        tr = wre[::step][:L, None]
-        ti = wim[::step][:L, None]
-        pr = tr * orr - ti * oi
-        pi = tr * oi + ti * orr
-        nr = np.empty((2 * L, M // 2))
-        ni = np.empty((2 * L, M // 2))
-        np.add(er, pr, out=nr[:L])
-        np.subtract(er, pr, out=nr[L:])
-        np.add(ei, pi, out=ni[:L])
-        np.subtract(ei, pi, out=ni[L:])
-        ar, ai = nr, ni
+        levels.append((L, wre[::step][:L].reshape(L // L0, L0), wim[::step][:L].reshape(L // L0, L0)))
         L *= 2
-    return ar.reshape(N), ai.reshape(N)
+    prod_r, prod_i, tmp = np.empty(size // 2), np.empty(size // 2), np.empty(size // 2)
+    bufs = [(np.empty(size), np.empty(size)), (np.empty(size), np.empty(size))]
+    for r0 in range(0, L0, b):
+        r1 = min(r0 + b, L0)
+        cr, ci = ar[r0:r1][None], ai[r0:r1][None]
+        for lev, (L, twr, twi) in enumerate(levels):
+            M = N // L
+            half = M // 2
+            t = L // L0
+            shape = (t, r1 - r0, half)
+            count = t * (r1 - r0) * half
+            er, ei, orr, oi = cr[:, :, :half], ci[:, :, :half], cr[:, :, half:], ci[:, :, half:]
+            tr, ti = twr[:, r0:r1, None], twi[:, r0:r1, None]
+            pr, pi, q = prod_r[:count].reshape(shape), prod_i[:count].reshape(shape), tmp[:count].reshape(shape)
+            np.multiply(tr, orr, out=pr)          # pr = tr·orr − ti·oi, pi = tr·oi + ti·orr: one rounding each
+            np.multiply(ti, oi, out=q)
+            np.subtract(pr, q, out=pr)
+            np.multiply(tr, oi, out=pi)
+            np.multiply(ti, orr, out=q)
+            np.add(pi, q, out=pi)
+            nr_buf, ni_buf = bufs[lev % 2]
+            nr = nr_buf[:2 * count].reshape((2 * t, r1 - r0, half))
+            ni = ni_buf[:2 * count].reshape((2 * t, r1 - r0, half))
+            np.add(er, pr, out=nr[:t])
+            np.subtract(er, pr, out=nr[t:])
+            np.add(ei, pi, out=ni[:t])
+            np.subtract(ei, pi, out=ni[t:])
+            cr, ci = nr, ni
+        out_r[:, r0:r1] = cr[:, :, 0]
+        out_i[:, r0:r1] = ci[:, :, 0]
+    return out_r.reshape(N), out_i.reshape(N)
 
 
 def _first_level(xr: np.ndarray, xi: np.ndarray, wre: np.ndarray, wim: np.ndarray):

@@ -317,6 +317,70 @@ def test_sublattice_composition_gives_the_full_lattice_enclosure(monkeypatch):
     assert fast.upper >= opt and fast.lower <= pess
 
 
+def test_band_of_surviving_frequencies_gives_the_full_spectrum_enclosure(monkeypatch):
+    """After T = 10⁵ rounds only a narrow band of frequencies survives the T-th power: the band is summed directly
+    (`band_dft`, proven off the band by a coarse transform) and the rest set to zero within 2^-1000 each. The
+    enclosure must lie inside the one from the full length-N transform powering every frequency, within 1e-4 of
+    it (only the error bounds differ: 3e-5 here), and both must bracket dp-accounting's."""
+    from privcheck.accounting import pld_certified as pc
+    from privcheck.numerics import band_dft
+    phases = ((0.01, 1.0, 10 ** 5),)
+    seen = []
+    band = band_dft.band
+
+    def spy(x, n, T):
+        keep = band(x, n, T)
+        seen.append((1 << n, None if keep is None else len(keep)))
+        return keep
+    monkeypatch.setattr(band_dft, "band", spy)
+    fast = certified_epsilon(phases, 1e-5, interval=1e-4)
+    assert any(k is not None and k < N // 100 for N, k in seen), f"meant to exercise the band: {seen}"
+    monkeypatch.setattr(band_dft, "band", lambda x, n, T: None)
+    monkeypatch.setattr(pc, "_band", lambda Xr, Xi, T: None)
+    full = certified_epsilon(phases, 1e-5, interval=1e-4)
+    # the band's direct sums err far less than the length-N FFT: the enclosure is as tight or tighter
+    assert full.lower - 1e-9 <= fast.lower <= fast.upper <= full.upper + 1e-9
+    assert fast.upper - fast.lower >= 0.99 * (full.upper - full.lower) - 1e-4
+    (opt, pess), = ref.dpa_bracket(phases, (1e-5,), 1e-4)
+    for b in (fast, full):
+        assert b.upper >= opt and b.lower <= pess
+
+
+def test_band_cut_is_below_the_exact_threshold():
+    """`band_dft.power_cut(T)` is a float c with ((1 + u)·√((c + 2^-1021)/(1 − u)³) + 2^-1073)^T ≤ 2^-1000 (checked in
+    mpmath at 50 digits), and negative where T < 2 (nothing dropped)."""
+    import mpmath
+
+    from privcheck.numerics.band_dft import power_cut
+    assert power_cut(1) < 0
+    u = mpmath.mpf(2) ** -53
+    with mpmath.workdps(50):
+        for T in (2, 3, 100, 10 ** 3, 12345, 10 ** 6):
+            c = mpmath.mpf(power_cut(T))
+            assert c > 0
+            a = (1 + u) * mpmath.sqrt((c + mpmath.mpf(2) ** -1021) / (1 - u) ** 3) + mpmath.mpf(2) ** -1073
+            assert T * mpmath.log(a, 2) <= -1000
+
+
+@pytest.mark.parametrize("r", [0.9999123, 0.5, 1.0 - 2.0 ** -40])
+def test_blocked_powers_stay_within_their_rounding_bound(r):
+    """`geometric_powers(r, n)` (blocked cumulative products) is within (1 + u)^{2i+1} of the exact r^i, in
+    mpmath at 200 bits, at block edges and across the range (the suffix sums' bound `fac` assumes that)."""
+    import mpmath
+
+    from privcheck.numerics.powers import POWER_BLOCK, geometric_powers
+    n = 3 * POWER_BLOCK + 17
+    w = geometric_powers(r, n)
+    with mpmath.workprec(200):
+        u = mpmath.mpf(2) ** -53
+        B = POWER_BLOCK
+        for i in sorted(set(range(0, n, 331)) | {1, B - 1, B, B + 1, 2 * B, n - 1}):
+            exact = mpmath.mpf(r) ** i
+            if exact < mpmath.mpf(2) ** -1000:
+                continue
+            assert abs(mpmath.mpf(float(w[i])) / exact - 1) <= (1 + u) ** (2 * i + 1) - 1, i
+
+
 @pytest.mark.parametrize("sigma,steps", [(0.12, 1), pytest.param(0.3, 10, marks=pytest.mark.slow)])
 def test_q1_far_above_epsilon_37_is_enclosed(sigma, steps):
     """q = 1 with ε ≈ 69 and 147: the float crossing point cancelled e^e below 2^-53 (ε > 37.4), which put the

@@ -108,3 +108,24 @@ def test_smallest_sampling_rate():
     dpa = ref.dpa_bracket(((q, sigma, steps),), (delta,), 2e-4)[0]
     assert fast.bracket_problems("q=1e-4", b.lower, b.upper, dpa, ref.prv_bracket(q, sigma, steps, (delta,),
                                                                                    0.02)[0]) == []
+
+
+def test_million_steps_encloses_the_exact_gdp_epsilon():
+    """q = 1, σ = 100, T = 10⁶ (the most rounds the certified PLD accepts): μ-GDP with μ = 10, exact ε from the
+    60-digit closed form. At T = 10⁶ only a few hundred of the 2²² frequencies survive the T-th power: the band
+    and the blocked FFT levels carry the whole computation."""
+    sigma, steps = 100.0, 10 ** 6
+    b = certified_epsilon(((1.0, sigma, steps),), 1e-5, interval=1e-4)
+    assert fast.gdp_encloses(math.sqrt(steps) / sigma, 1e-5, b.lower, b.upper)
+
+
+def test_million_steps_brackets_dp_accounting():
+    """q = 0.01, σ = 1, T = 10⁶, δ = 1e-5 at the lattice 1e-4 (the T-scaling benchmark's last row): dp-accounting's
+    pessimistic figure (an upper estimate) is ≥ our lower end, our upper end is ≥ its optimistic figure, and our
+    upper end exceeds its pessimistic one by at most 1e-2 (docs/accounting.md, "Speed at scale": 1.7e-3
+    measured; the discretisation error of both grows with T at a fixed lattice)."""
+    phases = ((0.01, 1.0, 10 ** 6),)
+    b = certified_epsilon(phases, 1e-5, interval=1e-4)
+    (opt, pess), = ref.dpa_bracket(phases, (1e-5,), 1e-4)
+    assert b.lower <= pess and b.upper >= opt
+    assert b.upper - pess <= 1e-2
